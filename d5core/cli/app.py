@@ -1,0 +1,143 @@
+"""The ``d5`` command group, plugin subcommands, and how errors reach the user.
+
+Exit codes: 0 success, 1 a check or threshold failed, 2 bad input (arguments, files,
+recipes, plugin selection), 3 an unexpected error inside d5 or a plugin. Errors print
+as one line; ``d5 --debug`` (or ``D5_DEBUG=1``) shows the traceback instead.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import click
+
+from d5core._version import PLUGIN_API_VERSION, __version__
+from d5core.errors import D5Error
+
+__all__ = ["EXIT_INTERNAL", "D5Group", "cli", "main"]
+
+EXIT_INTERNAL = 3
+
+#: Core commands: name -> "module:attribute", imported only when the command runs or
+#: its help is shown, so that ``d5 --help`` stays fast.
+CORE_COMMANDS: dict[str, str] = {
+    "list-plugins": "d5core.cli.plugins_cmd:list_plugins",
+}
+
+
+def _import(path: str) -> Any:
+    import importlib
+
+    module, _, attr = path.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def _warn(message: str) -> None:
+    click.echo(f"d5: warning: {message}", err=True)
+
+
+class D5Group(click.Group):
+    """A group whose commands come from the core table and from plugins' hooks."""
+
+    _plugin_commands: dict[str, click.Command] | None = None
+
+    def _from_plugins(self) -> dict[str, click.Command]:
+        if self._plugin_commands is None:
+            from d5core.plugins import get_plugin_manager
+
+            found: dict[str, click.Command] = {}
+            owner: dict[str, str] = {}
+            for out in get_plugin_manager().call_each("d5_cli_commands"):
+                if out.error is not None:
+                    _warn(f"plugin {out.plugin!r} could not add its commands: {out.error}")
+                    continue
+                for cmd in out.result or ():
+                    name = cmd.name or ""
+                    if name in CORE_COMMANDS or name in found:
+                        taken_by = "d5 itself" if name in CORE_COMMANDS else repr(owner[name])
+                        _warn(
+                            f"plugin {out.plugin!r} offers command {name!r}, already taken by "
+                            f"{taken_by}; skipped"
+                        )
+                        continue
+                    found[name], owner[name] = cmd, out.plugin
+            self._plugin_commands = found
+        return self._plugin_commands
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*CORE_COMMANDS, *self.commands, *self._from_plugins()})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in self.commands:
+            return self.commands[cmd_name]
+        if cmd_name in CORE_COMMANDS:
+            cmd: click.Command = _import(CORE_COMMANDS[cmd_name])
+            return cmd
+        return self._from_plugins().get(cmd_name)
+
+
+def _debug_wanted(argv: Sequence[str]) -> bool:
+    return "--debug" in argv or os.environ.get("D5_DEBUG", "") not in ("", "0")
+
+
+@click.group(cls=D5Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(
+    __version__,
+    "--version",
+    prog_name="d5",
+    message=f"%(prog)s {__version__} (plugin API {PLUGIN_API_VERSION})",
+)
+@click.option("--debug", is_flag=True, help="Show tracebacks instead of one-line errors.")
+def cli(debug: bool) -> None:
+    """d5: benchmark deep-learning operators, networks, training and distributed schemes
+    fairly, validate them against a reference, and keep every result reproducible."""
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Entry point of the ``d5`` command: run it and exit with its code."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    sys.exit(run(args))
+
+
+def run(args: list[str]) -> int:
+    """Run the command line on ``args`` and return the exit code."""
+    debug = _debug_wanted(args)
+    try:
+        rv = cli.main(args=args, prog_name="d5", standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        return exc.exit_code
+    except click.Abort:
+        click.echo("d5: aborted", err=True)
+        return 130
+    except click.ClickException as exc:
+        if debug:
+            raise
+        hint = ""
+        if isinstance(exc, click.UsageError) and exc.ctx is not None:
+            hint = f" (see '{exc.ctx.command_path} --help')"
+        click.echo(f"d5: error: {exc.format_message()}{hint}", err=True)
+        return exc.exit_code
+    except D5Error as exc:
+        if debug:
+            raise
+        click.echo(f"d5: error: {exc}", err=True)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        click.echo("d5: interrupted", err=True)
+        return 130
+    except Exception as exc:
+        if debug:
+            raise
+        msg = " ".join(str(exc).split())
+        click.echo(
+            f"d5: internal error: {type(exc).__name__}: {msg} "
+            f"(rerun with 'd5 --debug ...' for the traceback and report it)",
+            err=True,
+        )
+        return EXIT_INTERNAL
+    return rv if isinstance(rv, int) else 0
+
+

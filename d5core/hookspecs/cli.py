@@ -1,0 +1,35 @@
+"""Hooks that extend the ``d5`` command line."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from d5core.hookspecs._markers import hookspec
+
+if TYPE_CHECKING:
+    import click
+
+__all__ = ["d5_cli_commands"]
+
+
+# -------------------------------------------------------------------------
+# Subcommands
+# -------------------------------------------------------------------------
+
+
+@hookspec
+def d5_cli_commands() -> Sequence[click.Command] | None:
+    """Add subcommands to ``d5``.
+
+    Called once when the command line starts. Commands are ``click`` commands or groups;
+    their name is what follows ``d5`` on the command line. Import anything heavy inside
+    the command's function, not at module level, so that ``d5 --help`` stays fast.
+
+    :return: a sequence of commands, or ``None``. A command whose name is already taken
+        is skipped with a warning naming both plugins.
+
+    Not firstresult: the commands of all plugins are added.
+
+    .. versionadded:: 1.0
+    """

@@ -1,0 +1,84 @@
+"""Measurement hooks: the metric bus, device synchronisation and memory.
+
+Metrics themselves are selected by name through the ``d5.metrics`` entry-point group.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from d5core.hookspecs._markers import hookspec
+
+__all__ = [
+    "d5_bus_subscribe",
+    "d5_memory_peak",
+    "d5_memory_reset_peak",
+    "d5_synchronize",
+]
+
+
+# -------------------------------------------------------------------------
+# The metric bus
+# -------------------------------------------------------------------------
+
+
+@hookspec
+def d5_bus_subscribe(bus: Any) -> None:
+    """Subscribe to events on the metric bus at the start of a run.
+
+    :param bus: the run's :class:`d5core.bus.MetricBus`; call ``bus.subscribe(name,
+        callback)`` for the events to observe. Callbacks run inside measured code: keep
+        them cheap and never block.
+
+    Return values are ignored.
+
+    .. versionadded:: 1.0
+    """
+
+
+# -------------------------------------------------------------------------
+# Timing and memory
+# -------------------------------------------------------------------------
+
+
+@hookspec
+def d5_synchronize(device: str) -> None:
+    """Wait until all work queued on ``device`` has finished.
+
+    The measurement engine calls this before every clock read when the measured code
+    runs on an accelerator, so that asynchronous launches are not timed as free.
+
+    :param device: a device string such as ``"cpu"`` or ``"cuda:0"``. Implementations
+        ignore devices they do not own.
+
+    Return values are ignored.
+
+    .. versionadded:: 1.0
+    """
+
+
+@hookspec
+def d5_memory_peak(device: str) -> Mapping[str, int] | None:
+    """Report the peak bytes held by a framework's allocator since the last reset.
+
+    :param device: the device string, as for :func:`d5_synchronize`.
+    :return: a mapping from allocator name (``"torch.cuda"``) to peak bytes, or ``None``
+        when the plugin has no allocator on that device.
+
+    Not firstresult: the peaks of all allocators are reported side by side.
+
+    .. versionadded:: 1.0
+    """
+
+
+@hookspec
+def d5_memory_reset_peak(device: str) -> None:
+    """Reset the peak counters reported by :func:`d5_memory_peak`.
+
+    :param device: the device string.
+
+    Return values are ignored.
+
+    .. versionadded:: 1.0
+    """

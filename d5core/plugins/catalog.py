@@ -1,0 +1,81 @@
+"""Find d5's entry points from installed metadata, without importing any plugin."""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from packaging.markers import default_environment
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+
+from d5core.plugins.groups import GROUPS
+from d5core.plugins.records import PluginRecord
+
+__all__ = ["Catalog", "discover", "unmet_requirement"]
+
+
+@dataclass
+class Catalog:
+    """Every d5 entry point found in the installed distributions."""
+
+    records: list[PluginRecord]
+    #: Distribution name -> its metadata, for requirement checks.
+    distributions: dict[str, md.Distribution]
+
+
+def discover(groups: Iterable[str] = GROUPS) -> Catalog:
+    """Read the entry points of ``groups`` from every installed distribution.
+
+    Only metadata is read. A distribution found twice on ``sys.path`` (an editable
+    install shadowing a regular one) is reported once, from the first path entry, which
+    is the copy Python would import.
+    """
+    wanted = set(groups)
+    records: list[PluginRecord] = []
+    dists: dict[str, md.Distribution] = {}
+    for dist in md.distributions():
+        raw_name = dist.metadata["Name"]
+        if not raw_name:
+            continue
+        key = canonicalize_name(raw_name)
+        if key in dists:
+            continue
+        dists[key] = dist
+        for ep in dist.entry_points:
+            if ep.group in wanted:
+                records.append(
+                    PluginRecord(
+                        name=ep.name,
+                        group=ep.group,
+                        distribution=raw_name,
+                        version=dist.version,
+                        value=ep.value,
+                    )
+                )
+    records.sort(key=lambda r: (r.group != "d5.hooks", r.group, r.name, r.distribution))
+    return Catalog(records=records, distributions=dists)
+
+
+def unmet_requirement(dist: md.Distribution) -> str | None:
+    """Return a one-line problem if one of ``dist``'s own requirements is not installed.
+
+    Requirements behind an extra (``; extra == "..."``) are optional and not checked.
+    The check reads metadata only, so a framework is never imported to find out.
+    """
+    env = default_environment()
+    for line in dist.requires or ():
+        try:
+            req = Requirement(line)
+        except InvalidRequirement:
+            continue
+        if req.marker is not None and not req.marker.evaluate({**env, "extra": ""}):
+            continue
+        try:
+            found = md.version(req.name)
+        except md.PackageNotFoundError:
+            return f"needs {req}, which is not installed: pip install '{req}'"
+        if req.specifier and not req.specifier.contains(found, prereleases=True):
+            return f"needs {req} but {req.name} {found} is installed: pip install '{req}'"
+    return None
