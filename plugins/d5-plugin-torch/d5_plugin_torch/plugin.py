@@ -1,0 +1,75 @@
+"""The plugin module of d5-plugin-torch.
+
+Nothing here imports torch at module level: listing plugins must not pay for it. Each
+hook imports torch when it is called, and only if torch is already needed (a hook about
+a CUDA device does nothing unless torch was imported by the work being measured).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+from d5core.hookspecs import hookimpl
+
+d5_plugin_api = ">=1.0,<2"
+
+
+def _torch_if_loaded() -> Any:
+    """torch, if the measured work already imported it; never import it just for a hook."""
+    return sys.modules.get("torch")
+
+
+@hookimpl
+def d5_environment_info() -> Mapping[str, Any]:
+    import torch
+
+    info: dict[str, Any] = {
+        "torch": torch.__version__,
+        "num_threads": torch.get_num_threads(),
+        "num_interop_threads": torch.get_num_interop_threads(),
+        "cuda_available": torch.cuda.is_available(),
+        "mkldnn": torch.backends.mkldnn.is_available(),
+    }
+    if torch.cuda.is_available():
+        info["cuda"] = torch.version.cuda
+        info["devices"] = [
+            torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())
+        ]
+    return info
+
+
+@hookimpl
+def d5_synchronize(device: str) -> None:
+    torch = _torch_if_loaded()
+    if torch is not None and device.startswith("cuda"):
+        torch.cuda.synchronize(device)
+
+
+@hookimpl
+def d5_memory_peak(device: str) -> Mapping[str, int] | None:
+    torch = _torch_if_loaded()
+    if torch is None or not device.startswith("cuda"):
+        return None
+    return {"torch.cuda": int(torch.cuda.max_memory_allocated(device))}
+
+
+@hookimpl
+def d5_memory_reset_peak(device: str) -> None:
+    torch = _torch_if_loaded()
+    if torch is not None and device.startswith("cuda"):
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+@hookimpl
+def d5_plugin_check() -> list[str]:
+    try:
+        import torch
+    except Exception as exc:
+        return [f"cannot import torch ({exc}); pip install torch==2.13.0"]
+    x = torch.arange(6, dtype=torch.float64).reshape(2, 3)
+    expected = torch.tensor([[5.0, 14.0], [14.0, 50.0]], dtype=torch.float64)
+    if not torch.equal(x @ x.T, expected):
+        return [f"torch {torch.__version__} computed a wrong 2x3 matrix product"]
+    return []
