@@ -36,7 +36,7 @@ def d5_detect_launcher(environ: Mapping[str, str]) -> Mapping[str, int | str] | 
 
 @hookimpl
 def d5_environment_info() -> Mapping[str, Any]:
-    versions = {}
+    versions: dict[str, str | None] = {}
     for name in ("numpy", "scipy", "pluggy", "stevedore"):
         try:
             versions[name] = md.version(name)

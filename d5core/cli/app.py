@@ -139,5 +139,3 @@ def run(args: list[str]) -> int:
         )
         return EXIT_INTERNAL
     return rv if isinstance(rv, int) else 0
-
-

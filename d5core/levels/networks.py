@@ -36,4 +36,6 @@ class GraphExecutor(ABC):
     ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
         """Run forward and backward; return the outputs and the gradient of ``loss``
         with respect to every trainable parameter (initializer), by name."""
-        raise NotImplementedError(f"the {self.name or type(self).__name__} executor only runs inference")
+        raise NotImplementedError(
+            f"the {self.name or type(self).__name__} executor only runs inference"
+        )

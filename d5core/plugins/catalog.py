@@ -23,6 +23,8 @@ class Catalog:
     records: list[PluginRecord]
     #: Distribution name -> its metadata, for requirement checks.
     distributions: dict[str, md.Distribution]
+    #: The entry point behind each record, keyed by ``id(record)``.
+    entry_points: dict[int, md.EntryPoint]
 
 
 def discover(groups: Iterable[str] = GROUPS) -> Catalog:
@@ -35,6 +37,7 @@ def discover(groups: Iterable[str] = GROUPS) -> Catalog:
     wanted = set(groups)
     records: list[PluginRecord] = []
     dists: dict[str, md.Distribution] = {}
+    eps: dict[int, md.EntryPoint] = {}
     for dist in md.distributions():
         raw_name = dist.metadata["Name"]
         if not raw_name:
@@ -45,17 +48,17 @@ def discover(groups: Iterable[str] = GROUPS) -> Catalog:
         dists[key] = dist
         for ep in dist.entry_points:
             if ep.group in wanted:
-                records.append(
-                    PluginRecord(
-                        name=ep.name,
-                        group=ep.group,
-                        distribution=raw_name,
-                        version=dist.version,
-                        value=ep.value,
-                    )
+                rec = PluginRecord(
+                    name=ep.name,
+                    group=ep.group,
+                    distribution=raw_name,
+                    version=dist.version,
+                    value=ep.value,
                 )
+                records.append(rec)
+                eps[id(rec)] = ep
     records.sort(key=lambda r: (r.group != "d5.hooks", r.group, r.name, r.distribution))
-    return Catalog(records=records, distributions=dists)
+    return Catalog(records=records, distributions=dists, entry_points=eps)
 
 
 def unmet_requirement(dist: md.Distribution) -> str | None:
@@ -64,7 +67,7 @@ def unmet_requirement(dist: md.Distribution) -> str | None:
     Requirements behind an extra (``; extra == "..."``) are optional and not checked.
     The check reads metadata only, so a framework is never imported to find out.
     """
-    env = default_environment()
+    env: dict[str, str] = {k: str(v) for k, v in default_environment().items()}
     for line in dist.requires or ():
         try:
             req = Requirement(line)

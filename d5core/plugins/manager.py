@@ -8,6 +8,7 @@ status of that one record and never reaches the others.
 
 from __future__ import annotations
 
+import importlib.metadata as md
 import os
 import threading
 from collections.abc import Iterable, Mapping
@@ -15,7 +16,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import pluggy
-import stevedore
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 
@@ -24,6 +24,7 @@ from d5core.errors import PluginError
 from d5core.hookspecs import PROJECT, SPEC_MODULES
 from d5core.plugins.catalog import Catalog, discover, unmet_requirement
 from d5core.plugins.groups import GROUPS, HOOKS_GROUP
+from d5core.plugins.loading import load_entry_point, load_entry_points
 from d5core.plugins.records import PluginRecord, Status
 from d5core.plugins.selection import Selection
 from d5core.plugins.validation import hook_functions, hook_problems
@@ -70,7 +71,7 @@ def api_problem(declared: object, distribution: str) -> str | None:
         return f"declares an invalid plugin API range {declared!r}; use a form like '>=1.0,<2'"
     if not spec.contains(PLUGIN_API_VERSION, prereleases=True):
         return (
-            f"supports plugin API {spec} but d5core {__version__} offers plugin API "
+            f"supports plugin API {declared} but d5core {__version__} offers plugin API "
             f"{PLUGIN_API_VERSION}; install a release of {distribution} made for plugin API "
             f"{PLUGIN_API_VERSION}"
         )
@@ -94,6 +95,7 @@ class PluginManager:
             self._pm.add_hookspecs(module)
         self._selection = Selection.from_environ(os.environ if environ is None else environ)
         self.records: list[PluginRecord] = []
+        self._eps: dict[int, md.EntryPoint] = {}
         if discover_installed:
             self._load_installed(discover())
 
@@ -155,19 +157,22 @@ class PluginManager:
         """
         rec = self.record(group, name)
         if rec.status is not Status.OK:
-            raise PluginError(f"{rec.name!r} from {rec.distribution} is {rec.status.value}: {rec.error}")
+            raise PluginError(
+                f"{rec.name!r} from {rec.distribution} is {rec.status.value}: {rec.error}"
+            )
         try:
-            driver = stevedore.DriverManager(namespace=group, name=name, invoke_on_load=False)
+            return load_entry_point(self._eps[id(rec)])
         except Exception as exc:
             rec.status, rec.error = Status.FAILED, self._load_error(rec, exc)
             raise PluginError(f"{rec.name!r} from {rec.distribution}: {rec.error}") from exc
-        return driver.driver
 
     def call_each(self, hook_name: str, **kwargs: Any) -> list[HookOutcome]:
         """Call every implementation of ``hook_name`` on its own.
 
         Unlike ``manager.hook.NAME(...)``, an exception in one plugin is caught and
         returned in its :class:`HookOutcome`, and the remaining plugins still run.
+        Implementations run in pluggy's order: ``tryfirst`` ones first, then the most
+        recently registered first.
         """
         caller = getattr(self._pm.hook, hook_name)
         outcomes: list[HookOutcome] = []
@@ -183,14 +188,16 @@ class PluginManager:
         """Merge the mappings returned by ``hook_name`` from all plugins.
 
         :return: the merged mapping and one-line problems (a plugin that raised, a name
-            offered twice: the first plugin's entry is kept).
+            offered twice: the entry of the plugin called first is kept).
         """
         merged: dict[str, Any] = {}
         owner: dict[str, str] = {}
         problems: list[str] = []
         for out in self.call_each(hook_name, **kwargs):
             if out.error is not None:
-                problems.append(f"plugin {out.plugin!r} failed in {hook_name}: {_one_line(out.error)}")
+                problems.append(
+                    f"plugin {out.plugin!r} failed in {hook_name}: {_one_line(out.error)}"
+                )
                 continue
             for key, value in dict(out.result or {}).items():
                 if key in merged:
@@ -217,15 +224,19 @@ class PluginManager:
             problem = _interface_problem(rec.group, obj)
             if problem:
                 rec.status, rec.error = Status.FAILED, problem
-        by_plugin = {f"{r.distribution}:{r.name}": r for r in self.records if r.group == HOOKS_GROUP.name}
+        by_plugin = {
+            f"{r.distribution}:{r.name}": r for r in self.records if r.group == HOOKS_GROUP.name
+        }
         for out in self.call_each("d5_plugin_check"):
-            rec = by_plugin.get(out.plugin)
-            if rec is None:
+            owner = by_plugin.get(out.plugin)
+            if owner is None:
                 continue
             if out.error is not None:
-                rec.status, rec.error = Status.FAILED, f"its self-check raised {_one_line(out.error)}"
+                owner.status = Status.FAILED
+                owner.error = f"its self-check raised {_one_line(out.error)}"
             elif out.result:
-                rec.status, rec.error = Status.FAILED, "; ".join(str(p) for p in out.result)
+                owner.status = Status.FAILED
+                owner.error = "; ".join(str(p) for p in out.result)
         return self.records
 
     # -- discovery --------------------------------------------------------
@@ -238,6 +249,7 @@ class PluginManager:
 
     def _load_installed(self, catalog: Catalog) -> None:
         self.records = catalog.records
+        self._eps = catalog.entry_points
         dist_problem: dict[str, tuple[Status, str]] = {}
         for rec in self.records:
             key = canonicalize_name(rec.distribution)
@@ -263,7 +275,7 @@ class PluginManager:
             key = canonicalize_name(rec.distribution)
             dists_with_hooks.add(key)
             if rec.status is Status.OK:
-                self._register_installed(rec, loaded[(rec.name, rec.value)])
+                self._register_installed(rec, loaded[id(rec)])
             if rec.status is not Status.OK:
                 dist_problem[key] = (rec.status, rec.error or "")
         for rec in self.records:
@@ -281,28 +293,22 @@ class PluginManager:
                     f"range; add one (docs/plugins/tutorial.md shows how)"
                 )
 
-    def _import_hook_modules(self, records: Iterable[PluginRecord]) -> dict[tuple[str, str], Any]:
-        by_name = {rec.name for rec in records}
-        failures: dict[tuple[str, str], BaseException] = {}
+    def _import_hook_modules(self, records: Iterable[PluginRecord]) -> dict[int, Any]:
+        """Import the plugin modules of ``records``; return loaded objects by record id."""
+        by_ep = {id(self._eps[id(rec)]): rec for rec in records}
+        failures: dict[int, BaseException] = {}
 
-        def on_failure(_mgr: Any, ep: Any, exc: BaseException) -> None:
-            failures[(ep.name, ep.value)] = exc
+        def on_failure(ep: Any, exc: BaseException) -> None:
+            failures[id(ep)] = exc
 
-        loaded: dict[tuple[str, str], Any] = {}
-        if by_name:
-            mgr = stevedore.NamedExtensionManager(
-                namespace=HOOKS_GROUP.name,
-                names=sorted(by_name),
-                invoke_on_load=False,
-                on_load_failure_callback=on_failure,
-            )
-            for ext in mgr.extensions:
-                loaded[(ext.name, ext.entry_point.value)] = ext.plugin
-        for rec in records:
-            key = (rec.name, rec.value)
-            if key in failures:
-                rec.status, rec.error = Status.FAILED, self._load_error(rec, failures[key])
-            elif key not in loaded:
+        loaded: dict[int, Any] = {}
+        eps = [self._eps[id(rec)] for rec in by_ep.values()]
+        for ep, obj in load_entry_points(eps, on_failure):
+            loaded[id(by_ep[id(ep)])] = obj
+        for ep_id, rec in by_ep.items():
+            if ep_id in failures:
+                rec.status, rec.error = Status.FAILED, self._load_error(rec, failures[ep_id])
+            elif id(rec) not in loaded:
                 rec.status = Status.FAILED
                 rec.error = f"{rec.value} could not be imported; reinstall {rec.distribution}"
         return loaded
@@ -359,5 +365,3 @@ def reset_plugin_manager(manager: PluginManager | None = None) -> None:
     global _manager
     with _lock:
         _manager = manager
-
-

@@ -1,0 +1,47 @@
+# d5's two commands: `make demo` and `make test`. Both set everything up first.
+# Only python3, pip and make are needed on the machine.
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+# torch is always pinned: 2.13.0 is a CPU build; anything else downloads gigabytes.
+TORCH  := torch==2.13.0
+# Plugins that can share one environment (MXNet cannot: it needs numpy 1.23.5).
+SHARED_PLUGINS := d5-plugin-numpy d5-plugin-torch
+STAMP  := $(VENV)/.installed
+
+.PHONY: dev demo test lint types bench docs clean
+
+dev: $(STAMP) ## .venv with d5core and every shareable plugin, editable
+
+$(STAMP): pyproject.toml $(foreach p,$(SHARED_PLUGINS),plugins/$(p)/pyproject.toml)
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check \
+	    "$(TORCH)" -e ".[test]" $(foreach p,$(SHARED_PLUGINS),-e "plugins/$(p)[test]") \
+	    nox ruff mypy
+	touch $(STAMP)
+
+demo: dev ## list the plugins, check them, and run the richest demo there is
+	$(BIN)/d5 list-plugins
+	$(BIN)/d5 list-plugins --check
+
+test: dev ## every test: one nox session per plugin, core, integration, lint, types
+	@rm -rf .reports; mkdir -p .reports
+	@$(BIN)/nox --reuse-existing-virtualenvs --no-color; rc=$$?; \
+	    $(BIN)/python .ci/junit_summary.py .reports; rs=$$?; \
+	    if [ $$rc -ne 0 ]; then exit $$rc; fi; exit $$rs
+
+lint: dev
+	$(BIN)/ruff check .
+
+types: dev
+	$(BIN)/mypy
+
+docs: dev ## regenerate the hook reference from the hookspec docstrings
+	$(BIN)/python docs/gen_hook_reference.py
+
+bench: dev ## the benchmark scripts whose figures go into docs/benchmarks.md
+	$(BIN)/python benchmarks/list_plugins_time.py
+
+clean:
+	rm -rf $(VENV) .nox .reports .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,1 @@
+"""A d5 plugin (replace this docstring)."""

@@ -1,0 +1,88 @@
+"""Test sessions: d5core alone, each plugin in its own virtualenv, integration, lint, types.
+
+Plugins with conflicting pins never share an environment here: each ``plugin`` session
+installs d5core and that one plugin. ``make test`` runs every session and then sums the
+JUnit reports written to ``.reports/``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nox
+
+ROOT = Path(__file__).resolve().parent
+REPORTS = ROOT / ".reports"
+TORCH = "torch==2.13.0"
+PLUGINS = sorted(p.parent.name for p in (ROOT / "plugins").glob("*/pyproject.toml"))
+#: Extra requirements a plugin's environment needs pinned before the plugin resolves its
+#: own dependencies (so that pip never picks a multi-gigabyte build).
+PINS: dict[str, list[str]] = {
+    "d5-plugin-torch": [TORCH],
+}
+#: Plugins that share the integration environment (and `make dev`'s .venv).
+SHARED = ["d5-plugin-numpy", "d5-plugin-torch"]
+
+nox.options.sessions = ["core", "plugin", "example", "integration", "lint", "types"]
+nox.options.error_on_external_run = True
+
+
+def pytest(session: nox.Session, name: str, *args: str) -> None:
+    """Run pytest, writing a JUnit report; an empty collection (exit 5) is reported, not
+    mistaken for a crash, and the summary of ``make test`` counts it as zero tests."""
+    REPORTS.mkdir(exist_ok=True)
+    code = session.run(
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        f"--junitxml={REPORTS / name}.xml",
+        *args,
+        success_codes=[0, 5],
+    )
+    if code == 5:
+        session.warn(f"{name}: pytest collected no tests")
+
+
+@nox.session
+def core(session: nox.Session) -> None:
+    """d5core alone, with no plugin installed."""
+    session.install("-e", ".[test]")
+    pytest(session, "core", "tests/core")
+
+
+@nox.session
+@nox.parametrize("plugin", PLUGINS)
+def plugin(session: nox.Session, plugin: str) -> None:
+    """One plugin in its own virtualenv, with its own tests."""
+    session.install(*PINS.get(plugin, []), "-e", ".", "-e", f"plugins/{plugin}[test]")
+    pytest(session, f"plugin-{plugin}", f"plugins/{plugin}/tests")
+
+
+@nox.session
+def example(session: nox.Session) -> None:
+    """The example third-party plugin and the plugin template, as their authors test them."""
+    session.install("-e", ".", "./tests/example_plugin[test]", "./docs/plugins/template[test]")
+    pytest(session, "example", "tests/example_plugin/tests", "docs/plugins/template/tests")
+
+
+@nox.session
+def integration(session: nox.Session) -> None:
+    """Every shareable plugin together, broken fixture plugins, the d5 command end to end."""
+    pins = [pin for name in SHARED for pin in PINS.get(name, [])]
+    session.install(*pins, "-e", ".[test]", *(f"plugins/{name}" for name in SHARED))
+    pytest(session, "integration", "tests/integration")
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff over the whole repository."""
+    session.install("ruff")
+    session.run("ruff", "check", ".")
+
+
+@nox.session
+def types(session: nox.Session) -> None:
+    """mypy, strict, over d5core."""
+    session.install("mypy", "-e", ".")
+    session.run("mypy")

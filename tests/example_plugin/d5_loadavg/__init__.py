@@ -1,0 +1,1 @@
+"""An example third-party d5 plugin."""
