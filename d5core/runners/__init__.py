@@ -1,0 +1,1 @@
+"""What d5's commands do, level by level, without the command-line parsing."""

@@ -1,0 +1,1 @@
+"""Workloads: the problems d5 benchmarks, and the machine bounds they are compared with."""

@@ -1,0 +1,275 @@
+"""Operator problems: an operator type, its inputs and attributes, and its work in FLOPs.
+
+A problem says what to run, not how: backends turn it into their own operator. Inputs are
+generated from a seed, outside any timed region, so every backend sees the same numbers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from d5core.errors import UsageError
+from d5core.workloads.deepbench import CONV_TRAINING, GEMM_TRAINING
+
+__all__ = [
+    "DEFAULT_PROBLEMS",
+    "SUITES",
+    "InputSpec",
+    "Problem",
+    "conv_problem",
+    "gemm_problem",
+    "parse_shapes",
+    "suite",
+]
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """One input of a problem.
+
+    ``kind`` is ``"float"`` (standard normal values in the problem's dtype), ``"positive"``
+    (uniform in [0.5, 1.5]), ``"labels"`` (int64 class indices below ``high``) or
+    ``"const"`` (the int64 array ``value``, for shape and axes inputs).
+    """
+
+    shape: tuple[int, ...]
+    kind: str = "float"
+    high: int = 0
+    value: tuple[int, ...] = ()
+    name: str = ""
+
+    @property
+    def differentiable(self) -> bool:
+        return self.kind in ("float", "positive")
+
+
+@dataclass(frozen=True)
+class Problem:
+    """An operator type with its inputs and attributes."""
+
+    op: str
+    inputs: tuple[InputSpec, ...]
+    attributes: Mapping[str, Any] = field(default_factory=dict)
+    name: str = ""
+    #: Floating-point operations of one forward pass; 0 when not counted.
+    flops: int = 0
+
+    @property
+    def label(self) -> str:
+        """A short, unique description for tables and the results store."""
+        if self.name:
+            return self.name
+        return f"{self.op}[{','.join('x'.join(map(str, i.shape)) for i in self.inputs)}]"
+
+    def make_inputs(self, dtype: str = "float32", seed: int = 0) -> list[np.ndarray]:
+        """Generate the inputs from ``seed``: the same numbers for every backend."""
+        rng = np.random.default_rng(seed)
+        arrays: list[np.ndarray] = []
+        for spec in self.inputs:
+            if spec.kind == "float":
+                arrays.append(rng.standard_normal(spec.shape).astype(dtype))
+            elif spec.kind == "positive":
+                arrays.append(rng.uniform(0.5, 1.5, spec.shape).astype(dtype))
+            elif spec.kind == "labels":
+                arrays.append(rng.integers(0, spec.high, spec.shape, dtype=np.int64))
+            elif spec.kind == "const":
+                arrays.append(np.asarray(spec.value, dtype=np.int64))
+            else:
+                raise UsageError(f"unknown input kind {spec.kind!r} in problem {self.label}")
+        return arrays
+
+    def with_shapes(self, shapes: Sequence[tuple[int, ...]]) -> Problem:
+        """The same problem with the float inputs reshaped (``--shape`` on the CLI)."""
+        floats = [i for i, s in enumerate(self.inputs) if s.differentiable]
+        if len(shapes) != len(floats):
+            example = ",".join("x".join(map(str, self.inputs[i].shape)) for i in floats)
+            raise UsageError(
+                f"{self.op} takes {len(floats)} tensor shape(s) but {len(shapes)} were given; "
+                f"pass them as --shape {example}"
+            )
+        new = list(self.inputs)
+        for index, shape in zip(floats, shapes, strict=True):
+            old = new[index]
+            new[index] = InputSpec(shape, old.kind, old.high, old.value, old.name)
+        return Problem(self.op, tuple(new), self.attributes, "", 0)
+
+
+def parse_shapes(text: str) -> list[tuple[int, ...]]:
+    """Parse ``"4x3,3x5"`` into ``[(4, 3), (3, 5)]``."""
+    shapes: list[tuple[int, ...]] = []
+    for part in text.split(","):
+        try:
+            dims = tuple(int(d) for d in part.strip().lower().split("x"))
+        except ValueError:
+            raise UsageError(
+                f"cannot read shape {part.strip()!r}: write dimensions joined by 'x', "
+                f"shapes joined by ',' (for example 4x3,3x5)"
+            ) from None
+        if not dims or any(d <= 0 for d in dims):
+            raise UsageError(f"shape {part.strip()!r} has a dimension that is not positive")
+        shapes.append(dims)
+    return shapes
+
+
+def gemm_problem(m: int, n: int, k: int, trans_a: int = 0, trans_b: int = 0) -> Problem:
+    """A GEMM computing C[m, n] = op(A) @ op(B), as ONNX ``Gemm`` without C."""
+    a = (k, m) if trans_a else (m, k)
+    b = (n, k) if trans_b else (k, n)
+    name = f"gemm m={m} n={n} k={k}{' At' if trans_a else ''}{' Bt' if trans_b else ''}"
+    return Problem(
+        "Gemm",
+        (InputSpec(a, name="A"), InputSpec(b, name="B")),
+        {"transA": int(trans_a), "transB": int(trans_b)},
+        name,
+        2 * m * n * k,
+    )
+
+
+def conv_problem(
+    w: int,
+    h: int,
+    c: int,
+    n: int,
+    k: int,
+    s: int,
+    r: int,
+    pad_w: int,
+    pad_h: int,
+    stride_w: int,
+    stride_h: int,
+) -> Problem:
+    """A 2-D convolution, NCHW, as ONNX ``Conv``; arguments in DeepBench's order."""
+    out_h = (h + 2 * pad_h - r) // stride_h + 1
+    out_w = (w + 2 * pad_w - s) // stride_w + 1
+    name = f"conv n={n} c={c} {h}x{w} k={k} {r}x{s} pad={pad_h},{pad_w}"
+    name += f" stride={stride_h},{stride_w}"
+    return Problem(
+        "Conv",
+        (InputSpec((n, c, h, w), name="X"), InputSpec((k, c, r, s), name="W")),
+        {"pads": [pad_h, pad_w, pad_h, pad_w], "strides": [stride_h, stride_w]},
+        name,
+        2 * n * k * c * r * s * out_h * out_w,
+    )
+
+
+#: DeepBench training shapes that finish in seconds on two cores, reference included.
+_CPU_SMALL_GEMM = [
+    (512, 16, 512, 0, 0),
+    (1024, 16, 512, 0, 0),
+    (512, 32, 512, 0, 1),
+    (1760, 16, 1760, 0, 0),
+    (1760, 32, 1760, 1, 0),
+    (2048, 16, 2048, 0, 0),
+]
+_CPU_SMALL_CONV = [
+    (480, 48, 1, 2, 16, 3, 3, 1, 1, 1, 1),
+    (240, 24, 16, 2, 32, 3, 3, 1, 1, 1, 1),
+    (28, 28, 192, 2, 64, 1, 1, 0, 0, 1, 1),
+    (56, 56, 64, 2, 256, 1, 1, 0, 0, 2, 2),
+    (7, 7, 832, 2, 256, 1, 1, 0, 0, 1, 1),
+    (14, 14, 128, 2, 256, 3, 3, 1, 1, 1, 1),
+]
+
+#: Built-in suites; plugins add more through the ``d5_operator_shape_suites`` hook.
+SUITES: dict[str, list[Problem]] = {
+    "deepbench-gemm": [gemm_problem(*p) for p in GEMM_TRAINING],
+    "deepbench-conv": [conv_problem(*p) for p in CONV_TRAINING],
+    "cpu-small-gemm": [gemm_problem(*p) for p in _CPU_SMALL_GEMM],
+    "cpu-small-conv": [conv_problem(*p) for p in _CPU_SMALL_CONV],
+}
+SUITES["cpu-small"] = SUITES["cpu-small-gemm"] + SUITES["cpu-small-conv"]
+SUITES["deepbench"] = SUITES["deepbench-gemm"] + SUITES["deepbench-conv"]
+
+
+def suite(name: str, op: str | None = None) -> list[Problem]:
+    """The problems of suite ``name``, only those of operator ``op`` if given."""
+    if name not in SUITES:
+        known = ", ".join(sorted(SUITES))
+        raise UsageError(f"no operator suite named {name!r}; known suites: {known}")
+    problems = [p for p in SUITES[name] if op is None or p.op == op]
+    if not problems:
+        raise UsageError(f"suite {name!r} has no {op} problems; try --suite cpu-small")
+    return problems
+
+
+def _f(*shape: int, name: str = "") -> InputSpec:
+    return InputSpec(tuple(shape), name=name)
+
+
+#: A small default problem for every operator of the reference backend, used by
+#: ``d5 validate op OP`` when no ``--shape`` is given.
+DEFAULT_PROBLEMS: dict[str, Problem] = {
+    p.op: p
+    for p in [
+        Problem(
+            "Gemm",
+            (_f(4, 5, name="A"), _f(5, 3, name="B"), _f(3, name="C")),
+            {"alpha": 0.5, "beta": 2.0},
+        ),
+        Problem("MatMul", (_f(2, 4, 5, name="A"), _f(5, 3, name="B"))),
+        Problem(
+            "Conv",
+            (_f(2, 3, 7, 7, name="X"), _f(4, 3, 3, 3, name="W"), _f(4, name="B")),
+            {"pads": [1, 1, 1, 1], "strides": [2, 1]},
+        ),
+        Problem(
+            "ConvTranspose",
+            (_f(2, 3, 4, 4, name="X"), _f(3, 2, 3, 3, name="W")),
+            {"strides": [2, 2]},
+        ),
+        Problem("Relu", (_f(3, 4, name="X"),)),
+        Problem("LeakyRelu", (_f(3, 4, name="X"),), {"alpha": 0.1}),
+        Problem("Sigmoid", (_f(3, 4, name="X"),)),
+        Problem("Tanh", (_f(3, 4, name="X"),)),
+        Problem("Softmax", (_f(3, 5, name="X"),), {"axis": -1}),
+        Problem("LogSoftmax", (_f(3, 5, name="X"),), {"axis": -1}),
+        Problem(
+            "MaxPool", (_f(2, 2, 6, 6, name="X"),), {"kernel_shape": [2, 2], "strides": [2, 2]}
+        ),
+        Problem(
+            "AveragePool",
+            (_f(2, 2, 6, 6, name="X"),),
+            {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]},
+        ),
+        Problem("GlobalAveragePool", (_f(2, 3, 4, 4, name="X"),)),
+        Problem(
+            "BatchNormalization",
+            (
+                _f(4, 3, 2, 2, name="X"),
+                InputSpec((3,), "positive", name="scale"),
+                _f(3, name="B"),
+                _f(3, name="mean"),
+                InputSpec((3,), "positive", name="var"),
+            ),
+        ),
+        Problem("Dropout", (_f(3, 4, name="X"),), {"ratio": 0.0}),
+        Problem("Add", (_f(3, 4, name="A"), _f(4, name="B"))),
+        Problem("Sub", (_f(3, 4, name="A"), _f(3, 1, name="B"))),
+        Problem("Mul", (_f(3, 4, name="A"), _f(3, 4, name="B"))),
+        Problem("Div", (_f(3, 4, name="A"), InputSpec((3, 4), "positive", name="B"))),
+        Problem("Sum", (_f(3, 4, name="A"), _f(3, 4, name="B"), _f(4, name="C"))),
+        Problem(
+            "Reshape",
+            (_f(2, 3, 4, name="data"), InputSpec((2,), "const", value=(6, -1), name="shape")),
+        ),
+        Problem("Flatten", (_f(2, 3, 4, name="X"),), {"axis": 1}),
+        Problem("Transpose", (_f(2, 3, 4, name="X"),), {"perm": [2, 0, 1]}),
+        Problem("Concat", (_f(2, 3, name="A"), _f(2, 5, name="B")), {"axis": 1}),
+        Problem(
+            "Squeeze", (_f(2, 1, 4, name="X"), InputSpec((1,), "const", value=(1,), name="axes"))
+        ),
+        Problem(
+            "Unsqueeze", (_f(2, 4, name="X"), InputSpec((1,), "const", value=(1,), name="axes"))
+        ),
+        Problem("Identity", (_f(3, 4, name="X"),)),
+        Problem(
+            "SoftmaxCrossEntropyLoss",
+            (_f(4, 5, name="scores"), InputSpec((4,), "labels", high=5, name="labels")),
+        ),
+        Problem("MeanSquaredError", (_f(4, 3, name="prediction"), _f(4, 3, name="target"))),
+    ]
+}
