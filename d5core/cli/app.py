@@ -25,6 +25,9 @@ EXIT_INTERNAL = 3
 #: its help is shown, so that ``d5 --help`` stays fast.
 CORE_COMMANDS: dict[str, str] = {
     "list-plugins": "d5core.cli.plugins_cmd:list_plugins",
+    "validate": "d5core.cli.validate_cmd:validate",
+    "bench": "d5core.cli.bench_cmd:bench",
+    "results": "d5core.cli.results_cmd:results",
 }
 
 
