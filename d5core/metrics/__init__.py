@@ -1,0 +1,73 @@
+"""d5's built-in metrics, each a :class:`~d5core.levels.metrics.Metric` in ``d5.metrics``.
+
+One module per family: :mod:`.timing` (wall-clock time, latency, throughput),
+:mod:`.memory`, :mod:`.cpu`, :mod:`.energy`, :mod:`.communication`, :mod:`.accuracy`
+(training, test, final test accuracy, time to accuracy), :mod:`.loss`,
+:mod:`.numerical` and :mod:`.determinism`. Recipes select them by entry-point name,
+which is each class's ``name`` (snake_case); ``docs/metrics.md`` documents them.
+
+Classes are imported from their module on first access, so that selecting one metric
+does not import the others.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from d5core.metrics.accuracy import (
+        FinalTestAccuracy,
+        TestAccuracy,
+        TimeToAccuracy,
+        TrainingAccuracy,
+    )
+    from d5core.metrics.communication import CommunicationVolume
+    from d5core.metrics.cpu import CPUUtilization
+    from d5core.metrics.determinism import Determinism
+    from d5core.metrics.energy import Energy
+    from d5core.metrics.loss import LossCurve
+    from d5core.metrics.memory import PeakMemory
+    from d5core.metrics.numerical import NumericalError
+    from d5core.metrics.timing import Latency, Throughput, WallclockTime
+
+__all__ = [
+    "CPUUtilization",
+    "CommunicationVolume",
+    "Determinism",
+    "Energy",
+    "FinalTestAccuracy",
+    "Latency",
+    "LossCurve",
+    "NumericalError",
+    "PeakMemory",
+    "TestAccuracy",
+    "Throughput",
+    "TimeToAccuracy",
+    "TrainingAccuracy",
+    "WallclockTime",
+]
+
+_MODULES = {
+    "CPUUtilization": "cpu",
+    "CommunicationVolume": "communication",
+    "Determinism": "determinism",
+    "Energy": "energy",
+    "FinalTestAccuracy": "accuracy",
+    "Latency": "timing",
+    "LossCurve": "loss",
+    "NumericalError": "numerical",
+    "PeakMemory": "memory",
+    "TestAccuracy": "accuracy",
+    "Throughput": "timing",
+    "TimeToAccuracy": "accuracy",
+    "TrainingAccuracy": "accuracy",
+    "WallclockTime": "timing",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _MODULES.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)

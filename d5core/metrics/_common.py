@@ -1,0 +1,178 @@
+"""Helpers shared by the built-in metrics: reading event payloads, JSON-safe numbers."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from typing import Any, TypeGuard
+
+from d5core.bus import TRAIN_EPOCH, TRAIN_STEP
+from d5core.levels.metrics import Metric, MetricResult
+
+__all__ = [
+    "RUN_END",
+    "RUN_START",
+    "Progress",
+    "accuracy_of",
+    "batch_size_of",
+    "block_size_of",
+    "completion_events",
+    "duration_s",
+    "finish",
+    "json_number",
+    "matches",
+    "one_line",
+    "payload_of",
+]
+
+#: Published once when a run first touches data; starts the time-to-accuracy clock.
+RUN_START = "run.start"
+#: Published once when a run ends; freezes metrics that measure "over the run".
+RUN_END = "run.end"
+
+#: Payload keys that may carry the number of samples an event processed, in order.
+_BATCH_KEYS = ("batch_size", "samples", "count")
+
+
+def completion_events(event: str) -> tuple[str, ...]:
+    """The events that report ``event`` done: the instant ``event`` and its span's ``.end``.
+
+    A span's ``.begin`` is left out so that a span and an instant event each count once.
+    """
+    return (event,) if event.endswith(".end") else (event, f"{event}.end")
+
+
+def one_line(exc: BaseException) -> str:
+    """``Type: message`` of an exception on one line."""
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def payload_of(event: Any) -> Mapping[str, Any]:
+    """The payload mapping of ``event`` (empty when it has none)."""
+    payload = getattr(event, "payload", None)
+    return payload if isinstance(payload, Mapping) else {}
+
+
+def duration_s(event: Any) -> float | None:
+    """Seconds from ``duration_ns`` in the payload of ``event``, or ``None``."""
+    ns = payload_of(event).get("duration_ns")
+    if not _is_number(ns) or not math.isfinite(ns):
+        return None
+    return float(ns) / 1e9
+
+
+def block_size_of(payload: Mapping[str, Any]) -> int:
+    """Calls timed together in one event: ``block_size`` of a ``measure.sample``, else 1."""
+    block = payload.get("block_size")
+    return int(block) if _is_number(block) and block >= 1 else 1
+
+
+def matches(payload: Mapping[str, Any], where: Mapping[str, Any] | None) -> bool:
+    """Whether ``payload`` has every key of ``where`` with the same value."""
+    return not where or all(k in payload and payload[k] == v for k, v in where.items())
+
+
+def batch_size_of(payload: Mapping[str, Any], key: str | None = None) -> float | None:
+    """The number of samples an event processed, from ``key`` or the usual keys."""
+    for k in (key,) if key else _BATCH_KEYS:
+        value = payload.get(k)
+        if _is_number(value) and value >= 0:
+            return float(value)
+    return None
+
+
+def accuracy_of(payload: Mapping[str, Any], key: str = "accuracy") -> tuple[float, float] | None:
+    """``(accuracy, weight)`` from a payload, or ``None`` if it has none.
+
+    ``correct`` and ``count`` give ``correct / count`` weighted by ``count``; otherwise
+    ``key`` (``"accuracy"``) is used, weighted by ``count`` when present, else by 1.
+    """
+    correct, count = payload.get("correct"), payload.get("count")
+    if key == "accuracy" and _is_number(correct) and _is_number(count) and count > 0:
+        return float(correct) / float(count), float(count)
+    value = payload.get(key)
+    if not _is_number(value):
+        return None
+    weight = float(count) if _is_number(count) and count > 0 else 1.0
+    return float(value), weight
+
+
+def _is_number(value: Any) -> TypeGuard[int | float]:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def json_number(value: float) -> float | str:
+    """``value``, or ``"nan"``/``"inf"``/``"-inf"``: strict JSON has no such numbers."""
+    if math.isfinite(value):
+        return value
+    return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+
+
+def finish(metric: Metric, result: MetricResult) -> MetricResult:
+    """``result`` with the metric's recorded problems added, if it has any."""
+    if metric.problems:
+        result["problems"] = list(metric.problems)
+    return result
+
+
+def _int_or(value: Any, default: int) -> int:
+    return int(value) if _is_number(value) and math.isfinite(value) else default
+
+
+class Progress:
+    """Where training is: completed steps and epochs, followed on the bus.
+
+    Payloads that carry ``step`` or ``epoch`` are believed; otherwise steps and epochs
+    are numbered from 0 in the order their events arrive.
+    """
+
+    def __init__(self) -> None:
+        self.steps_done = 0
+        self.epochs_done = 0
+        self.step: int | None = None
+        self.epoch = 0
+
+    def attach(
+        self,
+        metric: Metric,
+        bus: Any,
+        on_step: Callable[[Any, int, int], None] | None = None,
+    ) -> None:
+        """Follow steps and epochs on ``bus`` through ``metric``'s guarded subscriptions.
+
+        :param on_step: called with each finished step's event, step and epoch.
+        """
+
+        def step_done(event: Any) -> None:
+            step, epoch = self.on_step(event)
+            if on_step is not None:
+                on_step(event, step, epoch)
+
+        for name in completion_events(TRAIN_STEP):
+            metric.listen(bus, name, step_done)
+        for name in completion_events(TRAIN_EPOCH):
+            metric.listen(bus, name, self.on_epoch)
+
+    def on_step(self, event: Any) -> tuple[int, int]:
+        """Count a finished step; return its ``(step, epoch)``."""
+        payload = payload_of(event)
+        self.step = _int_or(payload.get("step"), self.steps_done)
+        self.epoch = _int_or(payload.get("epoch"), self.epochs_done)
+        self.steps_done += 1
+        return self.step, self.epoch
+
+    def on_epoch(self, event: Any) -> None:
+        """Count a finished epoch."""
+        self.epochs_done = _int_or(payload_of(event).get("epoch"), self.epochs_done) + 1
+        self.epoch = self.epochs_done - 1
+
+    def at(self, event: Any) -> tuple[int | None, int]:
+        """The ``(step, epoch)`` of an event between steps, such as a test pass: its
+        payload's, else those of the last finished step."""
+        payload = payload_of(event)
+        step = payload.get("step")
+        return (
+            int(step) if _is_number(step) and math.isfinite(step) else self.step,
+            _int_or(payload.get("epoch"), self.epoch),
+        )

@@ -1,0 +1,111 @@
+"""The loss curve of training and testing, with divergence flagged as a result."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar
+
+from d5core.bus import TEST_PASS
+from d5core.levels.metrics import Metric, MetricResult
+from d5core.metrics._common import (
+    Progress,
+    accuracy_of,
+    completion_events,
+    finish,
+    json_number,
+    payload_of,
+)
+
+__all__ = ["LossCurve"]
+
+
+def _as_float(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        try:
+            return float(value)  # numpy scalars, 0-d arrays, framework scalars
+        except (TypeError, ValueError):
+            return None
+    return float(value)
+
+
+class LossCurve(Metric):
+    """The whole training loss curve ``(step, epoch, loss)`` and the test curve.
+
+    Training points come from the ``loss`` in finished ``train.step`` payloads; test
+    points ``(step, epoch, loss, accuracy)`` from finished ``test.pass`` payloads. A NaN
+    or infinite loss is divergence: ``status`` becomes ``"diverged"`` and ``diverged_at``
+    says where (a result, not a crash). ``value`` is the last training loss while it is
+    finite, else ``None``. Non-finite losses are stored as ``"nan"``, ``"inf"`` or
+    ``"-inf"`` because strict JSON has no such numbers.
+    """
+
+    name: ClassVar[str] = "loss_curve"
+    unit: ClassVar[str] = "loss"
+    better: ClassVar[str] = "lower"
+
+    def __init__(self) -> None:
+        self.progress = Progress()
+        self.curve: list[tuple[int, int, float]] = []
+        self.test_curve: list[tuple[int | None, int, float | None, float | None]] = []
+        self.diverged_at: dict[str, Any] | None = None
+        self.steps_without_loss = 0
+
+    def attach(self, bus: Any) -> None:
+        self.progress.attach(self, bus, self._on_step)
+        for name in completion_events(TEST_PASS):
+            self.listen(bus, name, self._on_test)
+
+    def _diverged(self, where: str, step: int | None, epoch: int, loss: float) -> None:
+        if self.diverged_at is None:
+            self.diverged_at = {
+                "in": where,
+                "step": step,
+                "epoch": epoch,
+                "loss": json_number(loss),
+            }
+
+    def _on_step(self, event: Any, step: int, epoch: int) -> None:
+        loss = _as_float(payload_of(event).get("loss"))
+        if loss is None:
+            self.steps_without_loss += 1
+            return
+        self.curve.append((step, epoch, loss))
+        if not math.isfinite(loss):
+            self._diverged("train", step, epoch, loss)
+
+    def _on_test(self, event: Any) -> None:
+        payload = payload_of(event)
+        loss = _as_float(payload.get("loss"))
+        found = accuracy_of(payload)
+        if loss is None and found is None:
+            return
+        step, epoch = self.progress.at(event)
+        self.test_curve.append((step, epoch, loss, None if found is None else found[0]))
+        if loss is not None and not math.isfinite(loss):
+            self._diverged("test", step, epoch, loss)
+
+    def result(self) -> MetricResult:
+        if not self.curve and not self.test_curve:
+            why = (
+                f"{self.steps_without_loss} train.step events carried no loss"
+                if self.steps_without_loss
+                else "no train.step or test.pass with a loss"
+            )
+            return finish(self, self.unavailable(why))
+        last = self.curve[-1][2] if self.curve else None
+        out: MetricResult = {
+            "value": last if last is not None and math.isfinite(last) else None,
+            "unit": self.unit,
+            "status": "diverged" if self.diverged_at else "ok",
+            "diverged": self.diverged_at is not None,
+        }
+        if self.diverged_at:
+            out["diverged_at"] = self.diverged_at
+        out["steps"] = len(self.curve)
+        out["curve"] = [[s, e, json_number(v)] for s, e, v in self.curve]
+        out["test_curve"] = [
+            [s, e, None if v is None else json_number(v), a] for s, e, v, a in self.test_curve
+        ]
+        if self.steps_without_loss:
+            out["steps_without_loss"] = self.steps_without_loss
+        return finish(self, out)
