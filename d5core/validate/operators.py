@@ -1,0 +1,468 @@
+"""Compare an operator's outputs and gradients with those of a reference.
+
+The pass criterion for one element is ``numpy.isclose``'s with one change: the absolute
+tolerance is scaled by the size of the expected tensor,
+
+    |actual - expected| <= atol * s + rtol * |expected|,   s = max(1, max |expected|),
+
+so that a sum over many terms is not held to a tighter absolute bound than its magnitude
+warrants. ``tol_ratio``, the largest ratio of the left side to the right side, is the
+number that decides: a check passes when it is at most 1. Integer and boolean tensors
+must match exactly.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+import numpy as np
+
+from d5core.levels.operators import Operator
+
+__all__ = [
+    "DEFAULT_TOLERANCES",
+    "GradientCheck",
+    "OutputCheck",
+    "Tolerance",
+    "Tolerances",
+    "ValidationReport",
+    "check_arrays",
+    "compare_outputs",
+    "default_grad_outputs",
+    "error_metrics",
+    "tolerance_for",
+    "validate_operator",
+]
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """Relative and (scaled) absolute tolerance for one element type."""
+
+    rtol: float
+    atol: float
+
+
+#: Default tolerances by dtype name. float32 allows for a different summation order in a
+#: reduction of a few thousand terms; float64 for the same at double precision, far above
+#: its rounding (about 1e-16) yet far below any real error. Half precisions are listed
+#: for backends that offer them. Integers and booleans are compared exactly.
+DEFAULT_TOLERANCES: Mapping[str, Tolerance] = MappingProxyType(
+    {
+        "float16": Tolerance(rtol=1e-2, atol=1e-3),
+        "bfloat16": Tolerance(rtol=2e-2, atol=1e-2),
+        "float32": Tolerance(rtol=1e-4, atol=1e-5),
+        "float64": Tolerance(rtol=1e-7, atol=1e-9),
+    }
+)
+
+_EXACT = Tolerance(rtol=0.0, atol=0.0)
+
+#: A tolerance for every dtype, or overrides of some defaults by dtype name (each a
+#: :class:`Tolerance` or a mapping with ``rtol`` and ``atol``, as read from a recipe).
+Tolerances = Tolerance | Mapping[str, Tolerance | Mapping[str, float]]
+
+
+def tolerance_for(dtype: Any, tolerances: Tolerances | None = None) -> Tolerance:
+    """The tolerance that applies to arrays of ``dtype``.
+
+    :param tolerances: one tolerance for all floating dtypes, or a mapping from dtype
+        name to tolerance that overrides :data:`DEFAULT_TOLERANCES`.
+    """
+    dt = np.dtype(dtype)
+    if not np.issubdtype(dt, np.inexact):
+        return _EXACT
+    if isinstance(tolerances, Tolerance):
+        return tolerances
+    name = dt.name
+    default = DEFAULT_TOLERANCES.get(name, DEFAULT_TOLERANCES["float32"])
+    if tolerances is None or name not in tolerances:
+        return default
+    given = tolerances[name]
+    if isinstance(given, Tolerance):
+        return given
+    return Tolerance(
+        rtol=float(given.get("rtol", default.rtol)), atol=float(given.get("atol", default.atol))
+    )
+
+
+def error_metrics(actual: np.ndarray, expected: np.ndarray) -> dict[str, float]:
+    """Error of ``actual`` against ``expected`` (same shape), over positions where both are
+    finite; ``nonfinite`` counts positions where the non-finite values disagree.
+
+    ``l1``, ``l2`` and ``max_abs`` are norms (1, 2 and infinity) of the difference.
+    ``rel_l1`` and ``rel_l2`` divide them by the same norm of ``expected`` (or by the
+    smallest normal float when that is zero). ``max_rel`` is the largest element-wise
+    relative error with a safe denominator: ``|a - e| / max(|e|, floor)`` with
+    ``floor = sqrt(eps) * max(1, max |e|)`` for the dtype of ``expected`` (its machine
+    epsilon ``eps``; float64's for integers), so that elements far smaller than the
+    tensor's scale, whose digits a correct computation does not keep, cannot dominate.
+    """
+    a = np.asarray(actual)
+    e = np.asarray(expected)
+    if a.shape != e.shape:
+        raise ValueError(f"shapes differ: actual {a.shape}, expected {e.shape}")
+    a64 = a.astype(np.float64)
+    e64 = e.astype(np.float64)
+    finite = np.isfinite(a64) & np.isfinite(e64)
+    same_nonfinite = (a64 == e64) | (np.isnan(a64) & np.isnan(e64))
+    nonfinite = int(np.count_nonzero(~finite & ~same_nonfinite))
+    d = np.abs(a64[finite] - e64[finite])
+    ef = np.abs(e64[finite])
+    tiny = float(np.finfo(np.float64).tiny)
+    eps = float(np.finfo(e.dtype).eps) if np.issubdtype(e.dtype, np.inexact) else 2.0**-52
+    scale = max(1.0, float(ef.max(initial=0.0)))
+    floor = math.sqrt(eps) * scale
+    l1 = float(d.sum())
+    l2 = float(np.sqrt(np.square(d).sum()))
+    return {
+        "l1": l1,
+        "l2": l2,
+        "rel_l1": l1 / max(float(ef.sum()), tiny),
+        "rel_l2": l2 / max(float(np.sqrt(np.square(ef).sum())), tiny),
+        "max_abs": float(d.max(initial=0.0)),
+        "max_rel": float((d / np.maximum(ef, floor)).max(initial=0.0)),
+        "nonfinite": float(nonfinite),
+    }
+
+
+def _tolerance_ratio(
+    a: np.ndarray, e: np.ndarray, tol: Tolerance
+) -> tuple[float, tuple[int, ...] | None]:
+    """Largest ``|a - e| / (atol * s + rtol * |e|)`` over finite positions, and where."""
+    a64 = a.astype(np.float64)
+    e64 = e.astype(np.float64)
+    finite = np.isfinite(a64) & np.isfinite(e64)
+    if not finite.any():
+        return 0.0, None
+    d = np.where(finite, np.abs(a64 - e64), 0.0)
+    ae = np.where(finite, np.abs(e64), 0.0)
+    bound = tol.atol * max(1.0, float(ae.max())) + tol.rtol * ae
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(d == 0.0, 0.0, d / bound)
+    flat = int(np.argmax(ratio))
+    worst = float(ratio.reshape(-1)[flat])
+    if worst == 0.0:
+        return 0.0, None
+    return worst, tuple(int(i) for i in np.unravel_index(flat, ratio.shape))
+
+
+def _fmt(value: float) -> str:
+    return f"{value:.3g}"
+
+
+@dataclass
+class _Check:
+    """What one comparison found: metric values and, if it failed, which metric and why."""
+
+    #: Position of the output or input in the operator's list.
+    index: int
+    name: str
+    passed: bool = True
+    metrics: dict[str, float] = field(default_factory=dict)
+    #: The metric that failed (``shape``, ``dtype``, ``nonfinite``, ``tol_ratio``, ...).
+    failed_metric: str | None = None
+    #: One line explaining the failure; empty when the check passed.
+    detail: str = ""
+
+    @property
+    def label(self) -> str:
+        """What was checked, for messages: ``output 0 (Y)``, ``gradient of input 1 (W)``."""
+        raise NotImplementedError
+
+    def to_json(self) -> dict[str, Any]:
+        """The check as plain JSON types; non-finite metric values become ``None``."""
+        data = asdict(self)
+        data["label"] = self.label
+        data["metrics"] = {k: (v if math.isfinite(v) else None) for k, v in self.metrics.items()}
+        return data
+
+
+@dataclass
+class OutputCheck(_Check):
+    """The comparison of one forward output with the reference's."""
+
+    shape: tuple[int, ...] = ()
+    dtype: str = ""
+
+    @property
+    def label(self) -> str:
+        return f"output {self.index}" + (f" ({self.name})" if self.name else "")
+
+
+@dataclass
+class GradientCheck(_Check):
+    """One check of the gradient with respect to one input.
+
+    ``method`` is ``"reference"`` (the candidate's backward against the reference's),
+    ``"full"`` (central differences for every element) or ``"directional"`` (central
+    differences along seeded random directions).
+    """
+
+    method: str = ""
+    #: Why the check was not made (no gradient by design, an integer input), or ``""``.
+    skipped: str = ""
+
+    @property
+    def label(self) -> str:
+        return f"gradient of input {self.index}" + (f" ({self.name})" if self.name else "")
+
+
+def check_arrays(
+    actual: np.ndarray, expected: np.ndarray, tolerance: Tolerance
+) -> tuple[dict[str, float], str | None, str]:
+    """Compare two arrays; return the metrics, the failed metric (or ``None``) and why."""
+    a = np.asarray(actual)
+    e = np.asarray(expected)
+    if a.shape != e.shape:
+        return {}, "shape", f"shape {a.shape} where {e.shape} was expected"
+    metrics = error_metrics(a, e)
+    ratio, where = _tolerance_ratio(a, e, tolerance)
+    metrics["tol_ratio"] = ratio
+    summary = f"max_abs={_fmt(metrics['max_abs'])}, rel_l2={_fmt(metrics['rel_l2'])}"
+    if metrics["nonfinite"]:
+        why = f"{int(metrics['nonfinite'])} non-finite value(s) differ from the expected"
+        return metrics, "nonfinite", why
+    if ratio > 1.0:
+        at = f" at index {where}" if where is not None else ""
+        why = (
+            f"tol_ratio {_fmt(ratio)} > 1{at} (rtol={tolerance.rtol:g}, "
+            f"atol={tolerance.atol:g}; {summary})"
+        )
+        return metrics, "tol_ratio", why
+    return metrics, None, ""
+
+
+def compare_outputs(
+    actual_list: Sequence[np.ndarray],
+    expected_list: Sequence[np.ndarray],
+    *,
+    tolerances: Tolerances | None = None,
+    names: Sequence[str] | None = None,
+) -> list[OutputCheck]:
+    """Compare each actual output with the expected one at the same position.
+
+    The tolerance follows the expected output's dtype (:func:`tolerance_for`); an actual
+    output of another dtype fails on ``dtype``, a missing one on ``missing``.
+    """
+    checks: list[OutputCheck] = []
+    for i, expected in enumerate(expected_list):
+        e = np.asarray(expected)
+        check = OutputCheck(
+            index=i,
+            name=names[i] if names is not None and i < len(names) else "",
+            shape=tuple(int(d) for d in e.shape),
+            dtype=str(e.dtype),
+        )
+        checks.append(check)
+        if i >= len(actual_list):
+            check.passed, check.failed_metric = False, "missing"
+            check.detail = "not produced"
+            continue
+        a = np.asarray(actual_list[i])
+        if a.dtype != e.dtype:
+            check.passed, check.failed_metric = False, "dtype"
+            check.detail = f"dtype {a.dtype} where {e.dtype} was expected"
+            continue
+        metrics, failed, why = check_arrays(a, e, tolerance_for(e.dtype, tolerances))
+        check.metrics, check.failed_metric, check.detail = metrics, failed, why
+        check.passed = failed is None
+    return checks
+
+
+@dataclass
+class ValidationReport:
+    """The outcome of validating one operator: its outputs, then its gradients."""
+
+    op_type: str
+    outputs: list[OutputCheck] = field(default_factory=list)
+    gradients: list[GradientCheck] = field(default_factory=list)
+    #: Problems that stopped a comparison, such as the candidate raising an exception.
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        """Whether every check passed and nothing went wrong."""
+        checks: list[_Check] = [*self.outputs, *self.gradients]
+        return not self.errors and all(c.passed for c in checks)
+
+    def failures(self) -> list[str]:
+        """One line per failure, naming the output or input and the metric."""
+        lines = list(self.errors)
+        for out in self.outputs:
+            if not out.passed:
+                lines.append(f"{out.label}: {out.failed_metric}: {out.detail}")
+        for grad in self.gradients:
+            if not grad.passed:
+                lines.append(f"{grad.label} [{grad.method}]: {grad.failed_metric}: {grad.detail}")
+        return lines
+
+    def to_json(self) -> dict[str, Any]:
+        """The report as plain JSON types, the form the results store keeps."""
+        return {
+            "op_type": self.op_type,
+            "passed": self.passed,
+            "outputs": [c.to_json() for c in self.outputs],
+            "gradients": [c.to_json() for c in self.gradients],
+            "errors": list(self.errors),
+            "failures": self.failures(),
+        }
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def default_grad_outputs(
+    outputs: Sequence[np.ndarray], seed: int, dtype: Any = None
+) -> list[np.ndarray]:
+    """Seeded standard-normal cotangents for floating outputs, zeros for the others.
+
+    :param dtype: the dtype of the cotangents; each output's own (float64 for a
+        non-floating output) when ``None``.
+    """
+    rng = np.random.default_rng(seed)
+    grads: list[np.ndarray] = []
+    for out in outputs:
+        o = np.asarray(out)
+        floating = np.issubdtype(o.dtype, np.floating)
+        dt = np.dtype(dtype) if dtype is not None else (o.dtype if floating else np.float64)
+        if floating:
+            grads.append(rng.standard_normal(o.shape).astype(dt))
+        else:
+            grads.append(np.zeros(o.shape, dtype=dt))
+    return grads
+
+
+def _name(names: Sequence[str] | None, i: int) -> str:
+    return names[i] if names is not None and i < len(names) else ""
+
+
+def _compare_gradients(
+    candidate: Sequence[np.ndarray | None],
+    reference: Sequence[np.ndarray | None],
+    inputs: Sequence[np.ndarray],
+    tolerances: Tolerances | None,
+    names: Sequence[str] | None,
+    wrt: Sequence[int] | None,
+) -> list[GradientCheck]:
+    checks: list[GradientCheck] = []
+    for i, x in enumerate(inputs):
+        if wrt is not None and i not in wrt:
+            continue
+        check = GradientCheck(index=i, name=_name(names, i), method="reference")
+        checks.append(check)
+        ref = reference[i] if i < len(reference) else None
+        got = candidate[i] if i < len(candidate) else None
+        if ref is None:
+            check.skipped = "the reference gives no gradient for this input"
+            continue
+        if got is None:
+            check.passed, check.failed_metric = False, "missing"
+            check.detail = "the candidate gives no gradient where the reference gives one"
+            continue
+        e = np.asarray(ref)
+        metrics, failed, why = check_arrays(
+            np.asarray(got), e, tolerance_for(np.asarray(x).dtype, tolerances)
+        )
+        check.metrics, check.failed_metric, check.detail = metrics, failed, why
+        check.passed = failed is None
+    return checks
+
+
+def validate_operator(
+    candidate: Operator,
+    reference: Operator | None,
+    inputs: Sequence[np.ndarray],
+    *,
+    grad_outputs: Sequence[np.ndarray] | None = None,
+    tolerances: Tolerances | None = None,
+    gradcheck: bool = True,
+    seed: int = 0,
+    outputs: Sequence[int] | None = None,
+    wrt: Sequence[int] | None = None,
+    input_names: Sequence[str] | None = None,
+    output_names: Sequence[str] | None = None,
+    float64_candidate: Operator | None = None,
+) -> ValidationReport:
+    """Validate ``candidate`` against ``reference`` on ``inputs``.
+
+    Three comparisons, each recorded in the report: the candidate's forward outputs with
+    the reference's; the candidate's backward with the reference's, for the same
+    cotangents (when both are differentiable); and, when ``gradcheck`` is true, the
+    candidate's backward with central differences of its own forward in float64
+    (:func:`d5core.validate.gradcheck.gradcheck`). With ``reference=None`` (an operator
+    nothing else implements) only the gradient check is made.
+
+    :param grad_outputs: cotangents of the outputs; by default seeded standard-normal
+        values for floating outputs and zeros for the others.
+    :param tolerances: see :func:`tolerance_for`; they apply to the first two comparisons.
+    :param outputs: indices of the outputs to compare (all of the reference's by
+        default); use it to leave out an optional output the candidate does not produce.
+    :param wrt: indices of the inputs whose gradients are checked (all by default).
+    :param float64_candidate: the candidate built for float64, for the gradient check of a
+        backend that fixes its dtype when an operator is created; by default the candidate
+        itself is run on float64 copies of the inputs.
+    """
+    op_type = candidate.op_type or (reference.op_type if reference is not None else "")
+    report = ValidationReport(op_type=op_type or type(candidate).__name__)
+    arrays = [np.asarray(x) for x in inputs]
+    try:
+        actual = candidate.forward(arrays)
+    except Exception as exc:
+        report.errors.append(f"the candidate's forward raised {_one_line(exc)}")
+        return report
+    expected: list[np.ndarray] | None = None
+    if reference is not None:
+        expected = reference.forward(arrays)
+        keep = range(len(expected)) if outputs is None else list(outputs)
+        checks = compare_outputs(actual, expected, tolerances=tolerances, names=output_names)
+        report.outputs = [c for c in checks if c.index in keep]
+    if not candidate.differentiable:
+        report.gradients = [
+            GradientCheck(
+                index=i,
+                name=_name(input_names, i),
+                method="reference",
+                skipped="the candidate has no backward",
+            )
+            for i in range(len(arrays))
+            if wrt is None or i in wrt
+        ]
+        return report
+
+    grads = (
+        [np.asarray(g) for g in grad_outputs]
+        if grad_outputs is not None
+        else default_grad_outputs(expected if expected is not None else actual, seed)
+    )
+    try:
+        cand_grads = candidate.backward(grads, arrays, actual)
+    except Exception as exc:
+        report.errors.append(f"the candidate's backward raised {_one_line(exc)}")
+        return report
+    if reference is not None and expected is not None and reference.differentiable:
+        ref_grads = reference.backward(grads, arrays, expected)
+        report.gradients = _compare_gradients(
+            cand_grads, ref_grads, arrays, tolerances, input_names, wrt
+        )
+    if gradcheck:
+        from d5core.validate.gradcheck import gradcheck as run_gradcheck
+
+        try:
+            report.gradients += run_gradcheck(
+                float64_candidate or candidate,
+                arrays,
+                grad_outputs=grads,
+                seed=seed,
+                names=input_names,
+                wrt=wrt,
+            )
+        except Exception as exc:
+            report.errors.append(f"the gradient check raised {_one_line(exc)}")
+    return report

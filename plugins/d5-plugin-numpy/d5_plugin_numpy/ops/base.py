@@ -1,0 +1,157 @@
+"""What every reference operator shares: attribute parsing, input checks, small helpers.
+
+A reference operator computes in the dtype of its floating inputs and returns outputs of
+that dtype. Its backward is the exact vector-Jacobian product of its forward; inputs that
+hold integers (shapes, axes, labels) or hyperparameters get ``None``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
+from typing import Any, ClassVar
+
+import numpy as np
+
+from d5core.errors import UsageError
+from d5core.levels.operators import Operator, TensorDescriptor
+
+__all__ = [
+    "FLOAT_DTYPES",
+    "ReferenceOperator",
+    "as_ints",
+    "as_str",
+    "unbroadcast",
+]
+
+#: Element types of the reference backend.
+FLOAT_DTYPES: tuple[str, ...] = ("float32", "float64")
+
+
+def as_ints(value: Any, what: str) -> tuple[int, ...]:
+    """An attribute holding a list of integers, as a tuple."""
+    try:
+        return tuple(int(v) for v in np.asarray(value).reshape(-1))
+    except (TypeError, ValueError):
+        raise UsageError(f"{what} must be a list of integers, not {value!r}") from None
+
+
+def as_str(value: Any) -> str:
+    """A string attribute, which ONNX stores as bytes."""
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def unbroadcast(grad: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """Sum ``grad`` over the axes along which an array of ``shape`` was broadcast."""
+    extra = grad.ndim - len(shape)
+    if extra > 0:
+        grad = grad.sum(axis=tuple(range(extra)))
+    axes = tuple(i for i, n in enumerate(shape) if n == 1 and grad.shape[i] != 1)
+    if axes:
+        grad = grad.sum(axis=axes, keepdims=True)
+    return grad.reshape(shape)
+
+
+class ReferenceOperator(Operator):
+    """An ONNX operator in numpy; subclasses declare their inputs and attributes."""
+
+    #: ONNX names of the inputs, in order; the first ``min_inputs`` are required.
+    input_names: ClassVar[tuple[str, ...]] = ()
+    min_inputs: ClassVar[int] = 1
+    #: Whether the last input may repeat (``Sum``).
+    variadic: ClassVar[bool] = False
+    #: Positions of inputs that hold integers (shapes, axes, labels).
+    integer_inputs: ClassVar[frozenset[int]] = frozenset()
+    #: Positions of inputs of any dtype (``Dropout``'s ``training_mode`` flag).
+    any_dtype_inputs: ClassVar[frozenset[int]] = frozenset()
+    #: Every attribute the operator takes, with its ONNX default.
+    defaults: ClassVar[Mapping[str, Any]] = MappingProxyType({})
+
+    def __init__(self, attributes: Mapping[str, Any] | None = None) -> None:
+        super().__init__(attributes)
+        unknown = sorted(set(self.attributes) - set(self.defaults))
+        if unknown:
+            takes = ", ".join(sorted(self.defaults)) or "none"
+            raise UsageError(f"{self.op_type} has no attribute {unknown[0]!r}; it takes: {takes}")
+        self.configure({**self.defaults, **self.attributes})
+
+    def configure(self, attributes: Mapping[str, Any]) -> None:
+        """Read and check the attributes (defaults filled in); raise :class:`UsageError`."""
+
+    # -- input checks ------------------------------------------------------
+
+    def input_name(self, i: int) -> str:
+        names = self.input_names
+        name = names[min(i, len(names) - 1)] if names else "input"
+        return f"{self.op_type} input {i} ({name})"
+
+    def check_inputs(self, inputs: Sequence[TensorDescriptor]) -> None:
+        """Raise :class:`UsageError` with one line if these inputs cannot be used."""
+        count = len(inputs)
+        most = None if self.variadic else len(self.input_names)
+        if count < self.min_inputs or (most is not None and count > most):
+            if most is None:
+                wanted = f"at least {self.min_inputs}"
+            elif most == self.min_inputs:
+                wanted = f"{most}"
+            else:
+                wanted = f"{self.min_inputs} to {most}"
+            raise UsageError(
+                f"{self.op_type} takes {wanted} inputs ({', '.join(self.input_names)}), not {count}"
+            )
+        float_dtype = None
+        for i, desc in enumerate(inputs):
+            dt = np.dtype(desc.dtype)
+            if i in self.any_dtype_inputs:
+                continue
+            if i in self.integer_inputs:
+                if not np.issubdtype(dt, np.integer):
+                    raise UsageError(f"{self.input_name(i)} must hold integers, not {desc.dtype}")
+                continue
+            if dt.name not in FLOAT_DTYPES:
+                raise UsageError(
+                    f"{self.input_name(i)} has dtype {desc.dtype}; the numpy backend "
+                    f"supports {', '.join(FLOAT_DTYPES)}"
+                )
+            if float_dtype is not None and dt.name != float_dtype:
+                raise UsageError(
+                    f"{self.input_name(i)} has dtype {desc.dtype} but earlier inputs "
+                    f"have {float_dtype}; give all floating inputs one dtype"
+                )
+            float_dtype = dt.name
+        self.check_shapes([tuple(d.shape) for d in inputs])
+
+    def check_shapes(self, shapes: Sequence[tuple[int, ...]]) -> None:
+        """Raise :class:`UsageError` if the input shapes do not fit together."""
+
+    def require_rank(
+        self,
+        shapes: Sequence[tuple[int, ...]],
+        i: int,
+        rank: int | None = None,
+        *,
+        at_least: int | None = None,
+    ) -> None:
+        """Check the rank of input ``i``."""
+        got = len(shapes[i])
+        if rank is not None and got != rank:
+            raise UsageError(
+                f"{self.input_name(i)} must have rank {rank}, but has shape {shapes[i]}"
+            )
+        if at_least is not None and got < at_least:
+            raise UsageError(
+                f"{self.input_name(i)} must have rank {at_least} or more, but has shape {shapes[i]}"
+            )
+
+    def require_broadcastable(self, shapes: Sequence[tuple[int, ...]]) -> tuple[int, ...]:
+        """The broadcast shape of ``shapes``; raise naming the input that does not fit."""
+        result: tuple[int, ...] = ()
+        for i, shape in enumerate(shapes):
+            try:
+                result = tuple(np.broadcast_shapes(result, shape))
+            except ValueError:
+                raise UsageError(
+                    f"{self.input_name(i)} has shape {shape}, which does not broadcast "
+                    f"with {result}"
+                ) from None
+        return result
