@@ -1,0 +1,80 @@
+"""The torch operators, one module per family; :mod:`d5_plugin_torch.operators` collects
+them into the backend."""
+
+from d5_plugin_torch.ops._base import Slot, TorchOperator
+from d5_plugin_torch.ops.activation import LeakyRelu, LogSoftmax, Relu, Sigmoid, Softmax, Tanh
+from d5_plugin_torch.ops.conv import Conv, ConvTranspose
+from d5_plugin_torch.ops.elementwise import Add, Div, Identity, Mul, Sub, Sum
+from d5_plugin_torch.ops.linalg import Gemm, MatMul
+from d5_plugin_torch.ops.loss import MeanSquaredError, SoftmaxCrossEntropyLoss
+from d5_plugin_torch.ops.normalization import BatchNormalization, Dropout
+from d5_plugin_torch.ops.pool import AveragePool, GlobalAveragePool, MaxPool
+from d5_plugin_torch.ops.shape import Concat, Flatten, Reshape, Squeeze, Transpose, Unsqueeze
+
+#: Every operator class, in the order the README lists them.
+OPERATOR_CLASSES: tuple[type[TorchOperator], ...] = (
+    Gemm,
+    MatMul,
+    Conv,
+    ConvTranspose,
+    Relu,
+    LeakyRelu,
+    Sigmoid,
+    Tanh,
+    Softmax,
+    LogSoftmax,
+    MaxPool,
+    AveragePool,
+    GlobalAveragePool,
+    BatchNormalization,
+    Dropout,
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Sum,
+    Reshape,
+    Flatten,
+    Transpose,
+    Concat,
+    Squeeze,
+    Unsqueeze,
+    Identity,
+    SoftmaxCrossEntropyLoss,
+    MeanSquaredError,
+)
+
+__all__ = [
+    "OPERATOR_CLASSES",
+    "Add",
+    "AveragePool",
+    "BatchNormalization",
+    "Concat",
+    "Conv",
+    "ConvTranspose",
+    "Div",
+    "Dropout",
+    "Flatten",
+    "Gemm",
+    "GlobalAveragePool",
+    "Identity",
+    "LeakyRelu",
+    "LogSoftmax",
+    "MatMul",
+    "MaxPool",
+    "MeanSquaredError",
+    "Mul",
+    "Relu",
+    "Reshape",
+    "Sigmoid",
+    "Slot",
+    "Softmax",
+    "SoftmaxCrossEntropyLoss",
+    "Squeeze",
+    "Sub",
+    "Sum",
+    "Tanh",
+    "TorchOperator",
+    "Transpose",
+    "Unsqueeze",
+]

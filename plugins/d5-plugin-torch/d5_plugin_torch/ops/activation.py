@@ -1,0 +1,93 @@
+"""Activations: ``Relu``, ``LeakyRelu``, ``Sigmoid``, ``Tanh``, ``Softmax``, ``LogSoftmax``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import torch
+import torch.nn.functional as F
+
+from d5_plugin_torch.ops._base import Kernel, Signature, Slot, TorchOperator
+
+__all__ = ["LeakyRelu", "LogSoftmax", "Relu", "Sigmoid", "Softmax", "Tanh"]
+
+
+class _Unary(TorchOperator):
+    slots = (Slot("X"),)
+
+
+class Relu(_Unary):
+    """ONNX ``Relu``: ``torch.relu``."""
+
+    op_type = "Relu"
+
+    def build(self, sig: Signature, *, for_grad: bool) -> Kernel:
+        relu = torch.relu
+        return lambda x: (relu(x),)
+
+
+class LeakyRelu(_Unary):
+    """ONNX ``LeakyRelu``: ``F.leaky_relu`` with slope ``alpha``."""
+
+    op_type = "LeakyRelu"
+    attribute_defaults: ClassVar[Mapping[str, Any]] = {"alpha": 0.01}
+
+    def configure(self) -> None:
+        self.alpha = float(self.attr("alpha"))
+
+    def build(self, sig: Signature, *, for_grad: bool) -> Kernel:
+        leaky, alpha = F.leaky_relu, self.alpha
+        return lambda x: (leaky(x, alpha),)
+
+
+class Sigmoid(_Unary):
+    """ONNX ``Sigmoid``: ``torch.sigmoid``."""
+
+    op_type = "Sigmoid"
+
+    def build(self, sig: Signature, *, for_grad: bool) -> Kernel:
+        sigmoid = torch.sigmoid
+        return lambda x: (sigmoid(x),)
+
+
+class Tanh(_Unary):
+    """ONNX ``Tanh``: ``torch.tanh``."""
+
+    op_type = "Tanh"
+
+    def build(self, sig: Signature, *, for_grad: bool) -> Kernel:
+        tanh = torch.tanh
+        return lambda x: (tanh(x),)
+
+
+class _AlongAxis(_Unary):
+    attribute_defaults: ClassVar[Mapping[str, Any]] = {"axis": -1}
+
+    def configure(self) -> None:
+        self.axis = int(self.attr("axis"))
+
+    def check(self, sig: Signature) -> None:
+        shape = self.require_rank(sig, 0, at_least=1)
+        if not -len(shape) <= self.axis < len(shape):
+            raise self.fail(f"axis {self.axis} is out of range for input of shape {shape}")
+
+
+class Softmax(_AlongAxis):
+    """ONNX ``Softmax`` (opset 13: along the one axis ``axis``): ``torch.softmax``."""
+
+    op_type = "Softmax"
+
+    def build(self, sig: Signature, *, for_grad: bool) -> Kernel:
+        softmax, axis = torch.softmax, self.axis
+        return lambda x: (softmax(x, axis),)
+
+
+class LogSoftmax(_AlongAxis):
+    """ONNX ``LogSoftmax`` (opset 13: along the one axis ``axis``): ``torch.log_softmax``."""
+
+    op_type = "LogSoftmax"
+
+    def build(self, sig: Signature, *, for_grad: bool) -> Kernel:
+        log_softmax, axis = torch.log_softmax, self.axis
+        return lambda x: (log_softmax(x, axis),)

@@ -1,0 +1,90 @@
+"""Element-wise arithmetic with ONNX (numpy) broadcasting: ``Add``, ``Sub``, ``Mul``,
+``Div``, ``Sum``, and ``Identity``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import ClassVar
+
+import numpy as np
+import torch
+
+from d5_plugin_torch.ops._base import Kernel, Signature, Slot, TorchOperator
+
+__all__ = ["Add", "Div", "Identity", "Mul", "Sub", "Sum"]
+
+
+class _Broadcasting(TorchOperator):
+    def check(self, sig: Signature) -> None:
+        shapes = [s for s in sig.shapes if s is not None]
+        try:
+            np.broadcast_shapes(*shapes)
+        except ValueError:
+            pairs = zip(sig.slots, sig.shapes, strict=True)
+            listed = ", ".join(f"{slot.name} {shape}" for slot, shape in pairs)
+            raise self.fail(f"input shapes do not broadcast: {listed}") from None
+
+
+class _Binary(_Broadcasting):
+    slots = (Slot("A"), Slot("B"))
+    function: ClassVar[Callable[[torch.Tensor, torch.Tensor], torch.Tensor]]
+
+    def build(self, sig: Signature, *, for_grad: bool) -> Kernel:
+        function = type(self).function
+        return lambda a, b: (function(a, b),)
+
+
+class Add(_Binary):
+    """ONNX ``Add``: ``torch.add``."""
+
+    op_type = "Add"
+    function = torch.add
+
+
+class Sub(_Binary):
+    """ONNX ``Sub``: ``torch.sub``."""
+
+    op_type = "Sub"
+    function = torch.sub
+
+
+class Mul(_Binary):
+    """ONNX ``Mul``: ``torch.mul``."""
+
+    op_type = "Mul"
+    function = torch.mul
+
+
+class Div(_Binary):
+    """ONNX ``Div``: ``torch.div``."""
+
+    op_type = "Div"
+    function = torch.div
+
+
+class Sum(_Broadcasting):
+    """ONNX ``Sum`` of one or more inputs: a chain of ``torch.add``."""
+
+    op_type = "Sum"
+    slots = (Slot("data_0", variadic=True),)
+
+    def build(self, sig: Signature, *, for_grad: bool) -> Kernel:
+        add = torch.add
+
+        def kernel(first: torch.Tensor, *rest: torch.Tensor) -> tuple[torch.Tensor]:
+            total = first
+            for x in rest:
+                total = add(total, x)
+            return (total,)
+
+        return kernel
+
+
+class Identity(TorchOperator):
+    """ONNX ``Identity``: the input tensor itself."""
+
+    op_type = "Identity"
+    slots = (Slot("input"),)
+
+    def build(self, sig: Signature, *, for_grad: bool) -> Kernel:
+        return lambda x: (x,)

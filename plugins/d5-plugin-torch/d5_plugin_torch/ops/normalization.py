@@ -1,0 +1,158 @@
+"""``BatchNormalization`` and ``Dropout``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+from torch import Tensor as T
+
+from d5_plugin_torch.ops._base import Kernel, Signature, Slot, TorchOperator
+
+__all__ = ["BatchNormalization", "Dropout"]
+
+
+def _scalar(value: np.ndarray, kind: type[float] | type[bool]) -> Any:
+    return kind(np.asarray(value).reshape(-1)[0])
+
+
+class BatchNormalization(TorchOperator):
+    """ONNX ``BatchNormalization`` (opset 15).
+
+    Inference mode normalizes with ``input_mean`` and ``input_var`` by
+    ``torch.batch_norm``. Training mode normalizes with the batch's mean and (biased)
+    variance and also returns ``running = input * momentum + batch * (1 - momentum)`` for
+    both statistics (torch's own update would use the unbiased variance); its forward is
+    ``torch.var_mean`` then ``torch.batch_norm`` on those statistics, and its
+    differentiated graph uses ``torch.batch_norm`` in training mode, so the gradients of
+    the running outputs flow to ``X`` and the statistics inputs as well. torch's
+    batch-norm kernel has no derivative for the statistics inputs, so the differentiated
+    graph of inference mode is the expression ``(X - mean) * scale / sqrt(var + eps) + B``.
+    """
+
+    op_type = "BatchNormalization"
+    slots = (Slot("X"), Slot("scale"), Slot("B"), Slot("input_mean"), Slot("input_var"))
+    attribute_defaults: ClassVar[Mapping[str, Any]] = {
+        "epsilon": 1e-5,
+        "momentum": 0.9,
+        "training_mode": 0,
+    }
+
+    def configure(self) -> None:
+        self.epsilon = float(self.attr("epsilon"))
+        self.momentum = float(self.attr("momentum"))
+        self.training = bool(int(self.attr("training_mode")))
+
+    def check(self, sig: Signature) -> None:
+        x = self.require_rank(sig, 0, at_least=2, what="(N, C, ...)")
+        for i in range(1, 5):
+            if sig.shapes[i] != (x[1],):
+                raise self.fail(
+                    f"input {sig.slots[i].name} must have shape ({x[1]},), one value per "
+                    f"channel of X {x}, got {sig.shapes[i]}"
+                )
+
+    def build(self, sig: Signature, *, for_grad: bool) -> Kernel:
+        shape = sig.shapes[0]
+        assert shape is not None
+        eps, momentum, keep = self.epsilon, self.momentum, 1.0 - self.momentum
+        # torch.batch_norm is what F.batch_norm calls, less F's refusal of a training
+        # batch with one value per channel (ONNX normalizes it to B).
+        batch_norm, var_mean = torch.batch_norm, torch.var_mean
+        cudnn = torch.backends.cudnn.enabled
+        axes = (0, *range(2, len(shape)))
+        if self.training and for_grad:
+
+            def train_graph(x: T, s: T, b: T, mu: T, var: T) -> tuple[T, ...]:
+                y = batch_norm(x, s, b, None, None, True, 0.0, eps, cudnn)
+                v, m = var_mean(x, axes, correction=0)
+                return y, mu * momentum + m * keep, var * momentum + v * keep
+
+            return train_graph
+        if self.training:
+
+            def train(x: T, s: T, b: T, mu: T, var: T) -> tuple[T, ...]:
+                v, m = var_mean(x, axes, correction=0)
+                y = batch_norm(x, s, b, m, v, False, 0.0, eps, cudnn)
+                return y, mu * momentum + m * keep, var * momentum + v * keep
+
+            return train
+        if for_grad:
+            channel = (1, shape[1]) + (1,) * (len(shape) - 2)
+            rsqrt = torch.rsqrt
+
+            def infer_graph(x: T, s: T, b: T, mu: T, var: T) -> tuple[T]:
+                factor = (s * rsqrt(var + eps)).reshape(channel)
+                return ((x - mu.reshape(channel)) * factor + b.reshape(channel),)
+
+            return infer_graph
+
+        def infer(x: T, s: T, b: T, mu: T, var: T) -> tuple[T]:
+            return (batch_norm(x, s, b, mu, var, False, 0.0, eps, cudnn),)
+
+        return infer
+
+
+class Dropout(TorchOperator):
+    """ONNX ``Dropout`` (opset 13), with its ``output`` and boolean ``mask``.
+
+    ``ratio`` and ``training_mode`` are optional inputs (an attribute of the same name is
+    read when the input is absent). In training mode the mask is drawn from a
+    ``torch.Generator`` seeded with the ``seed`` attribute (default 0) when the kernel is
+    built, so ``forward`` is deterministic, and ``output = data * mask / (1 - ratio)``.
+    torch's random stream is not numpy's: the mask differs from the reference's.
+    """
+
+    op_type = "Dropout"
+    slots = (
+        Slot("data"),
+        Slot("ratio", kind="static", optional=True),
+        Slot("training_mode", kind="static", optional=True),
+    )
+    attribute_defaults: ClassVar[Mapping[str, Any]] = {"seed": 0, "ratio": 0.5, "training_mode": 0}
+
+    def configure(self) -> None:
+        self.seed = int(self.attr("seed"))
+        self.default_ratio = self._ratio(float(self.attr("ratio")))
+        self.default_training = bool(int(self.attr("training_mode")))
+
+    def _mode(self, sig: Signature) -> tuple[float, bool]:
+        ratio_in, training_in = sig.value("ratio"), sig.value("training_mode")
+        ratio = self.default_ratio if ratio_in is None else _scalar(ratio_in, float)
+        training = self.default_training if training_in is None else _scalar(training_in, bool)
+        return self._ratio(ratio), training
+
+    def _ratio(self, ratio: float) -> float:
+        if not 0.0 <= ratio < 1.0:
+            raise self.fail(f"ratio must lie in [0, 1), got {ratio}")
+        return ratio
+
+    def check(self, sig: Signature) -> None:
+        for i in (1, 2):
+            if len(sig.shapes) > i and sig.shapes[i] not in (None, (), (1,)):
+                raise self.fail(
+                    f"input {sig.slots[i].name} must be a scalar, got shape {sig.shapes[i]}"
+                )
+        if sig.values_known:
+            self._mode(sig)
+
+    def build(self, sig: Signature, *, for_grad: bool) -> Kernel:
+        ratio, training = self._mode(sig)
+        shape = sig.shapes[0]
+        assert shape is not None
+        device, dtype = sig.device, sig.dtype
+        if not training or ratio == 0.0:
+            keep_all = torch.ones(shape, dtype=torch.bool, device=device)
+            return lambda x: (x, keep_all)
+        generator = torch.Generator(device=device)
+        generator.manual_seed(self.seed)
+        scale = 1.0 / (1.0 - ratio)
+        rand = torch.rand
+
+        def kernel(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            mask = rand(shape, generator=generator, dtype=dtype, device=device) >= ratio
+            return (x * mask * scale, mask)
+
+        return kernel

@@ -1,0 +1,238 @@
+"""What the prepared callables (the only code d5 times) do, and do not do.
+
+``prepare_forward`` and ``prepare_backward`` convert numpy arrays once; the callables
+they return hold torch tensors, make no conversion, run the kernel (forward) or only
+``autograd.grad`` (backward), and synchronize on a GPU alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from d5_plugin_torch.operators import OPERATORS, TorchBackend, TorchOperator
+
+from d5core.levels.operators import TensorDescriptor
+from d5core.validate import default_grad_outputs
+
+_rng = np.random.default_rng(7)
+
+
+def _f(*shape: int) -> np.ndarray:
+    return _rng.standard_normal(shape).astype(np.float32)
+
+
+def _pos(*shape: int) -> np.ndarray:
+    return _rng.uniform(0.5, 1.5, shape).astype(np.float32)
+
+
+#: One small problem per operator.
+CASES: dict[str, tuple[dict[str, Any], list[np.ndarray]]] = {
+    "Gemm": ({"transB": 1, "alpha": 0.5}, [_f(3, 4), _f(2, 4), _f(2)]),
+    "MatMul": ({}, [_f(2, 3, 4), _f(4, 2)]),
+    "Conv": ({"pads": [1, 0, 0, 1]}, [_f(1, 2, 5, 5), _f(3, 2, 3, 3), _f(3)]),
+    "ConvTranspose": ({"strides": [2], "pads": [1, 0]}, [_f(1, 2, 4), _f(2, 3, 3), _f(3)]),
+    "Relu": ({}, [_f(3, 4)]),
+    "LeakyRelu": ({"alpha": 0.2}, [_f(3, 4)]),
+    "Sigmoid": ({}, [_f(3, 4)]),
+    "Tanh": ({}, [_f(3, 4)]),
+    "Softmax": ({"axis": 0}, [_f(3, 4)]),
+    "LogSoftmax": ({}, [_f(3, 4)]),
+    "MaxPool": ({"kernel_shape": [2, 2], "pads": [1, 0, 0, 1]}, [_f(1, 2, 5, 5)]),
+    "AveragePool": ({"kernel_shape": [3], "ceil_mode": 1, "strides": [2]}, [_f(1, 2, 6)]),
+    "GlobalAveragePool": ({}, [_f(2, 3, 4)]),
+    "BatchNormalization": (
+        {"training_mode": 1},
+        [_f(2, 3, 4), _pos(3), _f(3), _f(3), _pos(3)],
+    ),
+    "Dropout": ({"seed": 1}, [_f(3, 4), np.array(0.5, np.float32), np.array(True)]),
+    "Add": ({}, [_f(3, 4), _f(4)]),
+    "Sub": ({}, [_f(3, 4), _f(3, 1)]),
+    "Mul": ({}, [_f(3, 4), _f(3, 4)]),
+    "Div": ({}, [_f(3, 4), _pos(4)]),
+    "Sum": ({}, [_f(3, 4), _f(4), _f(1, 4)]),
+    "Reshape": ({}, [_f(2, 3, 4), np.array([0, -1])]),
+    "Flatten": ({"axis": 2}, [_f(2, 3, 4)]),
+    "Transpose": ({"perm": [2, 0, 1]}, [_f(2, 3, 4)]),
+    "Concat": ({"axis": 1}, [_f(2, 3), _f(2, 2)]),
+    "Squeeze": ({}, [_f(2, 1, 3), np.array([1])]),
+    "Unsqueeze": ({}, [_f(2, 3), np.array([0, -1])]),
+    "Identity": ({}, [_f(2, 3)]),
+    "SoftmaxCrossEntropyLoss": ({}, [_f(4, 3), np.array([0, 2, 1, 1]), _pos(3)]),
+    "MeanSquaredError": ({}, [_f(3, 4), _f(3, 4)]),
+}
+
+ALL = pytest.mark.parametrize("op_type", sorted(CASES))
+
+#: Functions that move data between numpy, Python and torch, or between devices.
+CONVERSIONS: list[tuple[Any, str]] = [
+    (torch, "tensor"),
+    (torch, "as_tensor"),
+    (torch, "from_numpy"),
+    (torch, "asarray"),
+    (torch.Tensor, "numpy"),
+    (torch.Tensor, "tolist"),
+    (torch.Tensor, "item"),
+    (torch.Tensor, "cpu"),
+    (torch.Tensor, "cuda"),
+    (torch.Tensor, "to"),
+]
+
+
+def make(
+    op_type: str, backend: TorchBackend | None = None
+) -> tuple[TorchOperator, list[np.ndarray]]:
+    attributes, inputs = CASES[op_type]
+    op = (backend or TorchBackend()).create(
+        op_type, attributes, [TensorDescriptor.of(x) for x in inputs]
+    )
+    return op, inputs
+
+
+@pytest.fixture
+def no_conversions(monkeypatch: pytest.MonkeyPatch) -> Callable[[Callable[[], Any]], Any]:
+    """Call a function while every conversion function raises."""
+
+    def call(fn: Callable[[], Any]) -> Any:
+        with monkeypatch.context() as patch:
+            for owner, name in CONVERSIONS:
+
+                def refuse(*args: Any, _name: str = name, **kwargs: Any) -> Any:
+                    raise AssertionError(f"{_name} called inside the timed callable")
+
+                patch.setattr(owner, name, refuse)
+            return fn()
+
+    return call
+
+
+@pytest.fixture
+def kernel_calls(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """Count the calls of every kernel built while the fixture is active."""
+    calls: list[str] = []
+    original = TorchOperator._bind
+
+    def counting_bind(self: TorchOperator, inputs: Any, *, for_grad: bool) -> Any:
+        bound = original(self, inputs, for_grad=for_grad)
+        kernel = bound.kernel
+
+        def counted(*args: Any) -> Any:
+            calls.append(self.op_type)
+            return kernel(*args)
+
+        bound.kernel = counted
+        return bound
+
+    monkeypatch.setattr(TorchOperator, "_bind", counting_bind)
+    yield calls
+
+
+def closure_tensors(fn: Callable[[], Any]) -> list[torch.Tensor]:
+    """The tensors a callable holds in its closure (directly or in tuples)."""
+    found: list[torch.Tensor] = []
+    for cell in fn.__closure__ or ():
+        value = cell.cell_contents
+        items = value if isinstance(value, tuple) else (value,)
+        found += [v for v in items if isinstance(v, torch.Tensor)]
+    return found
+
+
+def test_every_operator_has_a_case() -> None:
+    assert set(CASES) == set(OPERATORS)
+
+
+@ALL
+def test_prepared_forward_holds_tensors_and_converts_nothing(
+    op_type: str, no_conversions: Callable[[Callable[[], Any]], Any]
+) -> None:
+    op, inputs = make(op_type)
+    run = op.prepare_forward(inputs)
+    held = closure_tensors(run)
+    assert held, "the callable holds no torch tensors: it would convert when called"
+    assert all(t.device == op.torch_device and not t.requires_grad for t in held)
+    with torch.enable_grad():  # nothing it holds requires a gradient: no graph either way
+        outputs = no_conversions(run)
+    assert isinstance(outputs, tuple) and outputs
+    assert all(isinstance(t, torch.Tensor) for t in outputs)
+    assert not any(t.requires_grad or t.grad_fn is not None for t in outputs)
+    expected = op.forward(inputs)
+    if op_type != "Dropout":  # the timed callable draws a new mask each call
+        for got, want in zip(outputs, expected, strict=True):
+            np.testing.assert_array_equal(got.numpy(), want)
+
+
+@ALL
+def test_prepared_forward_runs_the_kernel_once_per_call_and_never_before(
+    op_type: str, kernel_calls: list[str]
+) -> None:
+    op, inputs = make(op_type)
+    run = op.prepare_forward(inputs)
+    assert kernel_calls == []
+    run()
+    run()
+    assert kernel_calls == [op_type, op_type]
+
+
+@ALL
+def test_prepared_backward_runs_only_the_backward(
+    op_type: str, kernel_calls: list[str], no_conversions: Callable[[Callable[[], Any]], Any]
+) -> None:
+    op, inputs = make(op_type)
+    grads = default_grad_outputs(op.forward(inputs), seed=0)
+    kernel_calls.clear()
+    run = op.prepare_backward(grads, inputs)
+    assert kernel_calls == [op_type], "the graph is built once, when preparing"
+    first = no_conversions(run)
+    second = no_conversions(run)
+    assert kernel_calls == [op_type], "the timed backward ran the forward again"
+    assert first and all(isinstance(g, torch.Tensor) for g in first)
+    for a, b in zip(first, second, strict=True):
+        assert torch.equal(a, b)
+    numpy_grads = [g for g in op.backward(grads, inputs) if g is not None]
+    for got, want in zip(first, numpy_grads, strict=True):
+        np.testing.assert_array_equal(got.numpy(), want)
+
+
+def test_prepared_backward_differentiates_only_floating_data_inputs() -> None:
+    op, inputs = make("SoftmaxCrossEntropyLoss")
+    grads = default_grad_outputs(op.forward(inputs), seed=0)
+    run = op.prepare_backward(grads, inputs)
+    (scores,) = run()
+    assert scores.shape == inputs[0].shape
+    assert [g is None for g in op.backward(grads, inputs)] == [False, True, True]
+
+
+@ALL
+def test_cpu_callables_never_synchronize(op_type: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    synced: list[Any] = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: synced.append(a))
+    op, inputs = make(op_type)
+    op.prepare_forward(inputs)()
+    grads = default_grad_outputs(op.forward(inputs), seed=0)
+    op.prepare_backward(grads, inputs)()
+    assert op.device == "cpu" and synced == []
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@ALL
+def test_cuda_callables_synchronize_before_returning(
+    op_type: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    synced: list[Any] = []
+    real = torch.cuda.synchronize
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: (synced.append(a), real(*a)))
+    op, inputs = make(op_type, TorchBackend("cuda"))
+    assert op.device.startswith("cuda")
+    run = op.prepare_forward(inputs)
+    assert all(t.is_cuda for t in closure_tensors(run))
+    synced.clear()
+    run()
+    assert len(synced) == 1
+    grads = default_grad_outputs(op.forward(inputs), seed=0)
+    backward = op.prepare_backward(grads, inputs)
+    synced.clear()
+    backward()
+    assert len(synced) == 1
