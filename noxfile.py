@@ -20,6 +20,8 @@ PLUGINS = sorted(p.parent.name for p in (ROOT / "plugins").glob("*/pyproject.tom
 PINS: dict[str, list[str]] = {
     "d5-plugin-torch": [TORCH],
 }
+#: The reference backend: every other plugin's tests validate against it.
+REFERENCE = "d5-plugin-numpy"
 #: Plugins that share the integration environment (and `make dev`'s .venv).
 SHARED = ["d5-plugin-numpy", "d5-plugin-torch"]
 
@@ -54,8 +56,9 @@ def core(session: nox.Session) -> None:
 @nox.session
 @nox.parametrize("plugin", PLUGINS)
 def plugin(session: nox.Session, plugin: str) -> None:
-    """One plugin in its own virtualenv, with its own tests."""
-    session.install(*PINS.get(plugin, []), "-e", ".", "-e", f"plugins/{plugin}[test]")
+    """One plugin in its own virtualenv (with the reference backend), with its own tests."""
+    reference = [] if plugin == REFERENCE else ["-e", f"plugins/{REFERENCE}"]
+    session.install(*PINS.get(plugin, []), "-e", ".", *reference, "-e", f"plugins/{plugin}[test]")
     pytest(session, f"plugin-{plugin}", f"plugins/{plugin}/tests")
 
 

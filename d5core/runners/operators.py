@@ -22,15 +22,25 @@ __all__ = [
     "CUSTOM_BACKEND",
     "REFERENCE_BACKEND",
     "CustomBackend",
+    "OperatorTiming",
+    "OperatorValidation",
+    "Timed",
     "backend_by_name",
+    "bench_ops",
     "build_operator",
     "flops_of",
+    "prepare",
+    "problem_for",
+    "validate_op",
 ]
 
 #: The backend every other one is validated against.
 REFERENCE_BACKEND = "numpy"
 #: The name under which operators from the ``d5_custom_operators`` hook are selected.
 CUSTOM_BACKEND = "custom"
+
+#: A prepared, zero-argument callable: the only code inside a timed region.
+Timed = Callable[[], object]
 
 
 class CustomBackend(OperatorBackend):
@@ -102,4 +112,204 @@ def flops_of(problem: Problem, direction: str) -> int:
     return problem.flops * (2 if direction == "backward" else 1)
 
 
-Timed = Callable[[], object]
+# -- validation ------------------------------------------------------------------------
+
+
+def problem_for(
+    op: str,
+    *,
+    shapes: Sequence[tuple[int, ...]] | None = None,
+    attributes: Mapping[str, Any] | None = None,
+) -> Problem:
+    """The problem ``d5 validate op`` runs: the operator's default, reshaped if asked.
+
+    :raises UsageError: when ``op`` has no default problem and no ``shapes`` were given.
+    """
+    from d5core.workloads.problems import DEFAULT_PROBLEMS, InputSpec
+
+    if op in DEFAULT_PROBLEMS:
+        problem = DEFAULT_PROBLEMS[op]
+        if shapes:
+            problem = problem.with_shapes(shapes)
+    elif shapes:
+        problem = Problem(op, tuple(InputSpec(s) for s in shapes))
+    else:
+        raise UsageError(
+            f"d5 has no default problem for operator {op!r}; give its input shapes "
+            f"with --shape (for example --shape 4x3,3x5)"
+        )
+    if attributes:
+        problem = Problem(problem.op, problem.inputs, {**problem.attributes, **attributes})
+    return problem
+
+
+@dataclass
+class OperatorValidation:
+    """The outcome of validating one operator of one backend on one problem."""
+
+    op: str
+    backend: str
+    dtype: str
+    problem: str
+    against: str
+    report: Any
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.report.passed)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "op": self.op,
+            "backend": self.backend,
+            "dtype": self.dtype,
+            "problem": self.problem,
+            "against": self.against,
+            "passed": self.passed,
+            **{k: v for k, v in self.report.to_json().items() if k != "passed"},
+        }
+
+
+def validate_op(
+    problem: Problem,
+    backend_name: str,
+    *,
+    dtype: str = "float64",
+    seed: int = 0,
+    tolerances: Any = None,
+    manager: PluginManager | None = None,
+) -> OperatorValidation:
+    """Validate ``backend_name``'s ``problem.op`` against the reference backend.
+
+    The forward outputs and the backward are compared with the reference's, and the
+    backward is checked by central differences in float64. An operator the reference
+    lacks (a new custom operator) is checked by central differences alone.
+    """
+    from d5core.validate.operators import validate_operator
+
+    candidate_backend = backend_by_name(backend_name, manager)
+    inputs = problem.make_inputs(dtype, seed)
+    candidate = build_operator(candidate_backend, problem, dtype, inputs)
+    float64 = (
+        build_operator(candidate_backend, problem, "float64", problem.make_inputs("float64", seed))
+        if dtype != "float64" and "float64" in candidate_backend.dtypes
+        else None
+    )
+    reference_backend = backend_by_name(REFERENCE_BACKEND, manager)
+    names = [spec.name for spec in problem.inputs]
+    if problem.op in reference_backend.supported():
+        reference = build_operator(reference_backend, problem, dtype, inputs)
+        against = REFERENCE_BACKEND
+    else:
+        reference, against = candidate, "central differences only"
+    report = validate_operator(
+        candidate,
+        reference,
+        inputs,
+        tolerances=tolerances,
+        gradcheck=candidate.differentiable,
+        seed=seed,
+        input_names=names,
+        float64_candidate=float64,
+    )
+    if against != REFERENCE_BACKEND:
+        report.outputs = []
+        report.gradients = [g for g in report.gradients if g.method != "reference"]
+    return OperatorValidation(problem.op, backend_name, dtype, problem.label, against, report)
+
+
+# -- benchmarking ----------------------------------------------------------------------
+
+
+@dataclass
+class OperatorTiming:
+    """One measured (problem, backend, direction)."""
+
+    problem: Problem
+    backend: str
+    direction: str
+    dtype: str
+    measurement: Any
+    #: Achieved GFLOP/s at the median, when the problem's FLOPs are known.
+    gflops: float | None
+    #: ``gflops`` over the machine's peak, when both are known.
+    peak_fraction: float | None
+
+    def to_json(self) -> dict[str, Any]:
+        s = self.measurement.summary
+        return {
+            "op": self.problem.op,
+            "problem": self.problem.label,
+            "backend": self.backend,
+            "direction": self.direction,
+            "dtype": self.dtype,
+            "median": s.median,
+            "ci_low": s.ci_low,
+            "ci_high": s.ci_high,
+            "n": s.n,
+            "stability": s.stability,
+            "blocked": self.measurement.blocked,
+            "block_size": self.measurement.block_size,
+            "stopped_by": self.measurement.stopped_by,
+            "gflops": self.gflops,
+            "peak_fraction": self.peak_fraction,
+        }
+
+
+def prepare(operator: Operator, direction: str, inputs: Sequence[np.ndarray], seed: int) -> Timed:
+    """The callable to time for ``direction``; conversions happen here, untimed."""
+    if direction == "forward":
+        return operator.prepare_forward(inputs)
+    if not operator.differentiable:
+        raise UsageError(f"operator {operator.op_type or type(operator).__name__} has no backward")
+    from d5core.validate.operators import default_grad_outputs
+
+    grads = default_grad_outputs(operator.forward(list(inputs)), seed)
+    return operator.prepare_backward(grads, inputs)
+
+
+def bench_ops(
+    problems: Sequence[Problem],
+    backends: Sequence[str],
+    *,
+    directions: Sequence[str] = ("forward",),
+    dtype: str = "float32",
+    options: Any = None,
+    seed: int = 0,
+    manager: PluginManager | None = None,
+    on_result: Callable[[OperatorTiming], None] | None = None,
+) -> list[OperatorTiming]:
+    """Time every problem on every backend in each direction, side by side.
+
+    Backends take turns on each problem, so slow drifts of the machine hit them alike.
+    Inputs are made once per problem and converted by each backend before timing.
+    """
+    from d5core.measure.engine import measure, synchronizer_for
+    from d5core.workloads.roofline import cpu_peak
+
+    instances = {name: backend_by_name(name, manager) for name in backends}
+    peak = cpu_peak().gflops.get(dtype)
+    timings: list[OperatorTiming] = []
+    for problem in problems:
+        inputs = problem.make_inputs(dtype, seed)
+        operators = {
+            name: build_operator(backend, problem, dtype, inputs)
+            for name, backend in instances.items()
+        }
+        for direction in directions:
+            for name, operator in operators.items():
+                fn = prepare(operator, direction, inputs, seed)
+                m = measure(
+                    fn,
+                    options,
+                    name=f"{name} {problem.label} {direction}",
+                    synchronize=synchronizer_for(operator.device),
+                )
+                flops = flops_of(problem, direction)
+                gflops = flops / m.summary.median / 1e9 if flops and m.summary.median else None
+                fraction = gflops / peak if gflops and peak and operator.device == "cpu" else None
+                timing = OperatorTiming(problem, name, direction, dtype, m, gflops, fraction)
+                timings.append(timing)
+                if on_result is not None:
+                    on_result(timing)
+    return timings

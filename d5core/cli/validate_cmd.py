@@ -1,0 +1,131 @@
+"""``d5 validate``: check an implementation against d5's verified reference."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.table import Table
+
+from d5core.cli._parse import parse_attributes
+from d5core.cli.options import db_option, json_option
+from d5core.cli.output import console, print_json
+from d5core.errors import CheckFailed
+
+__all__ = ["validate"]
+
+
+@click.group("validate")
+def validate() -> None:
+    """Validate operators (and, later, networks) against the reference backend."""
+
+
+def _tolerances(rtol: float | None, atol: float | None, dtype: str) -> Any:
+    if rtol is None and atol is None:
+        return None
+    from d5core.validate.operators import Tolerance, tolerance_for
+
+    default = tolerance_for(dtype)
+    return Tolerance(
+        rtol=default.rtol if rtol is None else rtol, atol=default.atol if atol is None else atol
+    )
+
+
+@validate.command("op")
+@click.argument("op")
+@click.option("--backend", "backend", required=True, help="Backend to check (e.g. torch).")
+@click.option("--shape", "shape", default=None, help="Input shapes, e.g. 4x3,3x5.")
+@click.option("--attr", "attrs", multiple=True, metavar="KEY=VALUE", help="Operator attribute.")
+@click.option("--dtype", default="float32", show_default=True, help="Element type.")
+@click.option("--seed", default=0, show_default=True, help="Seed of the generated inputs.")
+@click.option("--rtol", type=float, default=None, help="Override the dtype's relative tolerance.")
+@click.option("--atol", type=float, default=None, help="Override the dtype's absolute tolerance.")
+@json_option
+@db_option
+def validate_op(
+    op: str,
+    backend: str,
+    shape: str | None,
+    attrs: tuple[str, ...],
+    dtype: str,
+    seed: int,
+    rtol: float | None,
+    atol: float | None,
+    as_json: bool,
+    db: Path | None,
+) -> None:
+    """Validate operator OP of a backend: forward and backward against the reference,
+    and the backward against central differences in float64.
+
+    Exit 0 when every check passes, 1 when one fails (naming the output or input and
+    the metric), 2 on bad usage.
+    """
+    from d5core.bus import VALIDATION, get_bus
+    from d5core.results.store import ResultsStore
+    from d5core.runners.operators import problem_for, validate_op
+    from d5core.workloads.problems import parse_shapes
+
+    problem = problem_for(
+        op,
+        shapes=parse_shapes(shape) if shape else None,
+        attributes=parse_attributes(attrs),
+    )
+    result = validate_op(
+        problem, backend, dtype=dtype, seed=seed, tolerances=_tolerances(rtol, atol, dtype)
+    )
+    data = result.to_json()
+    get_bus().publish(VALIDATION, level=0, **data)
+    from d5core.plugins import get_plugin_manager
+
+    get_plugin_manager().call_each(
+        "d5_operator_validated", op_type=op, backend=backend, report=data
+    )
+    with ResultsStore.open(db) as store:
+        config = {"op": op, "backend": backend, "dtype": dtype, "problem": problem.label}
+        with store.run("validate", f"{op} {backend}", config=config, seed=seed) as run_id:
+            store.add_metric(run_id, "passed", float(result.passed))
+            for check in [*result.report.outputs, *result.report.gradients]:
+                for metric, value in (check.metrics or {}).items():
+                    if not math.isfinite(value):
+                        continue
+                    labels = {"check": check.label, "method": getattr(check, "method", "")}
+                    store.add_metric(run_id, metric, value, labels=labels)
+            store.finish_run(run_id, "complete")
+    data["run_id"] = run_id
+    if as_json:
+        print_json(data)
+    else:
+        _print_report(result)
+    if not result.passed:
+        failures = result.report.failures()
+        more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
+        raise CheckFailed(f"{op} on {backend} ({dtype}) failed: {failures[0]}{more}")
+
+
+def _print_report(result: Any) -> None:
+    report = result.report
+    table = Table(
+        title=f"{report.op_type} on {result.backend} ({result.dtype}), "
+        f"against {result.against}: {result.problem}",
+        title_justify="left",
+    )
+    for column in ("check", "method", "result", "max abs", "max rel", "detail"):
+        table.add_column(column, overflow="fold")
+    for check in [*report.outputs, *report.gradients]:
+        metrics = check.metrics or {}
+        verdict = (
+            "skipped" if getattr(check, "skipped", None) else "pass" if check.passed else "FAIL"
+        )
+        table.add_row(
+            check.label,
+            getattr(check, "method", "forward"),
+            verdict,
+            f"{metrics.get('max_abs', float('nan')):.2e}" if metrics else "",
+            f"{metrics.get('max_rel', float('nan')):.2e}" if metrics else "",
+            getattr(check, "skipped", None) or check.detail or "",
+        )
+    console().print(table)
+    for error in report.errors:
+        console().print(f"error: {error}")
