@@ -21,9 +21,17 @@ $(STAMP): pyproject.toml $(foreach p,$(SHARED_PLUGINS),plugins/$(p)/pyproject.to
 	    nox ruff mypy
 	touch $(STAMP)
 
-demo: dev ## list the plugins, check them, and run the richest demo there is
-	$(BIN)/d5 list-plugins
+# The demo keeps its results in the project, not in the per-user database.
+DEMO_DB ?= $(CURDIR)/results/demo.sqlite
+
+demo: dev ## list and check the plugins, validate an operator, benchmark GEMM and Conv
 	$(BIN)/d5 list-plugins --check
+	$(BIN)/d5 validate op Conv --backend torch --db $(DEMO_DB)
+	$(BIN)/d5 bench op Gemm --backends numpy,torch --suite cpu-small --direction both \
+	    --time-budget 1 --db $(DEMO_DB)
+	$(BIN)/d5 bench op Conv --backends numpy,torch --suite cpu-small --time-budget 1 \
+	    --db $(DEMO_DB)
+	$(BIN)/d5 results list --limit 5 --db $(DEMO_DB)
 
 test: dev ## every test: one nox session per plugin, core, integration, lint, types
 	@rm -rf .reports; mkdir -p .reports
@@ -42,6 +50,9 @@ docs: dev ## regenerate the hook reference from the hookspec docstrings
 
 bench: dev ## the benchmark scripts whose figures go into docs/benchmarks.md
 	$(BIN)/python benchmarks/list_plugins_time.py
+	$(BIN)/python benchmarks/bus_overhead.py
+	$(BIN)/python benchmarks/engine_vs_timeit.py
+	$(BIN)/python benchmarks/op_overhead.py
 
 clean:
 	rm -rf $(VENV) .nox .reports .pytest_cache .mypy_cache .ruff_cache

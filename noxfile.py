@@ -87,5 +87,5 @@ def lint(session: nox.Session) -> None:
 @nox.session
 def types(session: nox.Session) -> None:
     """mypy, strict, over d5core."""
-    session.install("mypy", "-e", ".")
+    session.install("mypy", "-e", ".[test]")
     session.run("mypy")

@@ -12,44 +12,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-from d5core import __version__
+from _machine import load, machine
+
 from d5core.bus import OP_FORWARD, Event, MetricBus
 from d5core.measure import Measurement, MeasureOptions, measure
 
 OPS = 1000
 UNROLL = 10
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
-def load() -> str:
-    """The 1-minute load average: above the core count, other work competed for them."""
-    try:
-        return f"load average {os.getloadavg()[0]:.2f}"
-    except OSError:
-        return "load average unknown"
-
-
-def machine() -> str:
-    return (
-        f"{cpu_model()}, {os.cpu_count()} cores, {platform.machine()}, "
-        f"Python {platform.python_version()}, d5core {__version__}"
-    )
 
 
 class TimingSubscriber:
@@ -90,22 +63,51 @@ def cases() -> list[tuple[str, str, Callable[[], None], float | None]]:
         return {"span": bus.span, "NAME": OP_FORWARD}
 
     return [
-        ("empty function call `f(NAME)`", "-", repeated("f(NAME)", {"f": empty,
-                                                                       "NAME": OP_FORWARD}),
-         None),
-        ("`publish(NAME)`", "nobody",
-         repeated("pub(NAME)", {"pub": quiet.publish, "NAME": OP_FORWARD}), 150.0),
-        ("`publish(NAME, bytes_sent=1, bytes_received=2)`", "nobody",
-         repeated("pub(NAME, bytes_sent=1, bytes_received=2)",
-                  {"pub": quiet.publish, "NAME": OP_FORWARD}), 150.0),
-        ("`wants(NAME)`", "nobody",
-         repeated("wants(NAME)", {"wants": quiet.wants, "NAME": OP_FORWARD}), 150.0),
-        ("`publish(NAME)`", "one timing subscriber",
-         repeated("pub(NAME)", {"pub": heard.publish, "NAME": OP_FORWARD}), 1000.0),
-        ("`with span(NAME): pass`", "nobody",
-         repeated("with span(NAME):\n    pass", span_env(quiet)), 150.0),
-        ("`with span(NAME): pass`", "one timing subscriber on `.end`",
-         repeated("with span(NAME):\n    pass", span_env(spans)), 1000.0),
+        (
+            "empty function call `f(NAME)`",
+            "-",
+            repeated("f(NAME)", {"f": empty, "NAME": OP_FORWARD}),
+            None,
+        ),
+        (
+            "`publish(NAME)`",
+            "nobody",
+            repeated("pub(NAME)", {"pub": quiet.publish, "NAME": OP_FORWARD}),
+            150.0,
+        ),
+        (
+            "`publish(NAME, bytes_sent=1, bytes_received=2)`",
+            "nobody",
+            repeated(
+                "pub(NAME, bytes_sent=1, bytes_received=2)",
+                {"pub": quiet.publish, "NAME": OP_FORWARD},
+            ),
+            150.0,
+        ),
+        (
+            "`wants(NAME)`",
+            "nobody",
+            repeated("wants(NAME)", {"wants": quiet.wants, "NAME": OP_FORWARD}),
+            150.0,
+        ),
+        (
+            "`publish(NAME)`",
+            "one timing subscriber",
+            repeated("pub(NAME)", {"pub": heard.publish, "NAME": OP_FORWARD}),
+            1000.0,
+        ),
+        (
+            "`with span(NAME): pass`",
+            "nobody",
+            repeated("with span(NAME):\n    pass", span_env(quiet)),
+            150.0,
+        ),
+        (
+            "`with span(NAME): pass`",
+            "one timing subscriber on `.end`",
+            repeated("with span(NAME):\n    pass", span_env(spans)),
+            1000.0,
+        ),
     ]
 
 
@@ -123,17 +125,19 @@ def main() -> int:
     for case, listener, fn, target in cases():
         m = run_case(fn, args.budget)
         s = m.summary
-        rows.append({
-            "case": case,
-            "listener": listener,
-            "ns_per_op": s.median / OPS * 1e9,
-            "ci_ns": [s.ci_low / OPS * 1e9, s.ci_high / OPS * 1e9],
-            "target_ns": target,
-            "meets_target": None if target is None else s.ci_high / OPS * 1e9 < target,
-            "samples": s.n,
-            "block_size": m.block_size,
-            "stability": s.stability,
-        })
+        rows.append(
+            {
+                "case": case,
+                "listener": listener,
+                "ns_per_op": s.median / OPS * 1e9,
+                "ci_ns": [s.ci_low / OPS * 1e9, s.ci_high / OPS * 1e9],
+                "target_ns": target,
+                "meets_target": None if target is None else s.ci_high / OPS * 1e9 < target,
+                "samples": s.n,
+                "block_size": m.block_size,
+                "stability": s.stability,
+            }
+        )
     if args.json:
         out = {"machine": machine(), "load": load(), "ops_per_call": OPS, "results": rows}
         print(json.dumps(out))
@@ -143,12 +147,16 @@ def main() -> int:
     print("| operation | who listens | ns per op (median) | 95% CI | target | n |")
     print("|---|---|---|---|---|---|")
     for r in rows:
-        goal = "-" if r["target_ns"] is None else (
-            f"< {r['target_ns']:.0f} ns {'met' if r['meets_target'] else 'MISSED'}"
+        goal = (
+            "-"
+            if r["target_ns"] is None
+            else (f"< {r['target_ns']:.0f} ns {'met' if r['meets_target'] else 'MISSED'}")
         )
         lo, hi = r["ci_ns"]
-        print(f"| {r['case']} | {r['listener']} | {r['ns_per_op']:.1f} | "
-              f"[{lo:.1f}, {hi:.1f}] | {goal} | {r['samples']} |")
+        print(
+            f"| {r['case']} | {r['listener']} | {r['ns_per_op']:.1f} | "
+            f"[{lo:.1f}, {hi:.1f}] | {goal} | {r['samples']} |"
+        )
     return 0
 
 

@@ -18,44 +18,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import statistics
 import sys
 import timeit
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _machine import load, machine
 
-from d5core import __version__
 from d5core.measure import MeasureOptions, measure
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
-def load() -> str:
-    """The 1-minute load average: above the core count, other work competed for them."""
-    try:
-        return f"load average {os.getloadavg()[0]:.2f}"
-    except OSError:
-        return "load average unknown"
-
-
-def machine() -> str:
-    return (
-        f"{cpu_model()}, {os.cpu_count()} cores, {platform.machine()}, "
-        f"Python {platform.python_version()}, numpy {np.__version__}, d5core {__version__}"
-    )
 
 
 def callables() -> dict[str, Callable[[], object]]:
@@ -99,8 +71,7 @@ def with_torch(fn: Callable[[], object]) -> float:
 
 
 def compare_one(fn: Callable[[], object], rounds: int, budget: float) -> dict[str, Any]:
-    tools: dict[str, list[float]] = {"d5": [], "timeit_min": [], "timeit_median": [],
-                                     "torch": []}
+    tools: dict[str, list[float]] = {"d5": [], "timeit_min": [], "timeit_median": [], "torch": []}
 
     def run_d5() -> None:
         tools["d5"].append(with_d5(fn, budget))
@@ -115,7 +86,7 @@ def compare_one(fn: Callable[[], object], rounds: int, budget: float) -> dict[st
 
     order = [run_d5, run_timeit, run_torch]
     for r in range(rounds):
-        for step in order[r % 3:] + order[: r % 3]:
+        for step in order[r % 3 :] + order[: r % 3]:
             step()
     out: dict[str, Any] = {k: statistics.median(v) for k, v in tools.items()}
     out["rounds"] = {k: v for k, v in tools.items()}
@@ -143,22 +114,27 @@ def main() -> int:
         print("torch is not installed: run `make dev` first", file=sys.stderr)
         return 2
 
-    results = {name: compare_one(fn, args.rounds, args.budget)
-               for name, fn in callables().items()}
+    results = {name: compare_one(fn, args.rounds, args.budget) for name, fn in callables().items()}
     if args.json:
         out = {"machine": machine(), "load": load(), "rounds": args.rounds, "results": results}
         print(json.dumps(out))
         return 0
-    print(f"machine: {machine()}; {load()} at the end; {args.rounds} interleaved rounds; "
-          f"median over rounds")
+    print(
+        f"machine: {machine()}; {load()} at the end; {args.rounds} interleaved rounds; "
+        f"median over rounds"
+    )
     print()
-    print("| callable | d5 median | timeit min | timeit median | torch median | "
-          "d5/timeit min | d5/timeit median | d5/torch |")
+    print(
+        "| callable | d5 median | timeit min | timeit median | torch median | "
+        "d5/timeit min | d5/timeit median | d5/torch |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for name, r in results.items():
-        print(f"| {name} | {fmt(r['d5'])} | {fmt(r['timeit_min'])} | "
-              f"{fmt(r['timeit_median'])} | {fmt(r['torch'])} | {r['d5/timeit_min']:.3f} | "
-              f"{r['d5/timeit_median']:.3f} | {r['d5/torch']:.3f} |")
+        print(
+            f"| {name} | {fmt(r['d5'])} | {fmt(r['timeit_min'])} | "
+            f"{fmt(r['timeit_median'])} | {fmt(r['torch'])} | {r['d5/timeit_min']:.3f} | "
+            f"{r['d5/timeit_median']:.3f} | {r['d5/torch']:.3f} |"
+        )
     return 0
 
 

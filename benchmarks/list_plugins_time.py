@@ -12,11 +12,12 @@ from __future__ import annotations
 import argparse
 import importlib.metadata as md
 import json
-import platform
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from _machine import machine
 
 from d5core.measure.stats import summarize
 
@@ -26,16 +27,6 @@ COMMANDS = {
     "d5 list-plugins --json": [str(BIN / "d5"), "list-plugins", "--json"],
     "python -c 'import torch'": [sys.executable, "-c", "import torch"],
 }
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def wall(cmd: list[str]) -> float:
@@ -62,12 +53,11 @@ def main() -> int:
         for name, cmd in COMMANDS.items():
             samples[name].append(wall(cmd))
     summaries = {name: summarize(s) for name, s in samples.items()}
-    machine = f"{cpu_model()}, {platform.machine()}, Python {platform.python_version()}"
     if args.json:
         out = {n: s.to_json() for n, s in summaries.items()}
-        print(json.dumps({"machine": machine, "torch_plugin": torch_plugin, "results": out}))
+        print(json.dumps({"machine": machine(), "torch_plugin": torch_plugin, "results": out}))
         return 0
-    print(f"machine: {machine}; d5-plugin-torch {torch_plugin} installed; {args.runs} runs each")
+    print(f"machine: {machine()}; d5-plugin-torch {torch_plugin} installed; {args.runs} runs each")
     print()
     print("| command | median (s) | 95% CI of median (s) | p95 (s) | n |")
     print("|---|---|---|---|---|")

@@ -30,11 +30,11 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
+from _machine import load, machine
 
 from d5core.measure.engine import MeasureOptions
 from d5core.runners.operators import backend_by_name, bench_ops, build_operator
 from d5core.workloads.problems import Problem, suite
-from d5core.workloads.roofline import _cpuinfo
 
 
 def hand_loop(fn: Callable[[], Any], samples: int, warmup: int = 3) -> float:
@@ -119,13 +119,11 @@ def main() -> int:
                 f"{backend:>5} {problem.label}: d5 {d5_t * 1e6:.1f} µs, hand {hand_t * 1e6:.1f} µs",
                 file=sys.stderr,
             )
-    machine = (
-        f"{_cpuinfo().get('model name', '?')}, torch {torch.__version__}, numpy {np.__version__}"
-    )
+    where = f"{machine()}, torch {torch.__version__}, numpy {np.__version__}; {load()}"
     if args.json:
-        print(json.dumps({"machine": machine, "rows": rows}, indent=2))
+        print(json.dumps({"machine": where, "rows": rows}, indent=2))
         return 0
-    print(f"machine: {machine}; {args.rounds} interleaved rounds, median of round medians\n")
+    print(f"machine: {where}; {args.rounds} interleaved rounds, median of round medians\n")
     print("| backend | problem | d5 (µs) | hand loop (µs) | ratio | added per call (µs) |")
     print("|---|---|---|---|---|---|")
     for row in rows:

@@ -39,6 +39,7 @@ __all__ = [
     "comparable_subset",
     "environment_differences",
     "environment_fingerprint",
+    "read_cpuinfo",
 ]
 
 #: Environment variables that set the size of common thread pools.
@@ -154,7 +155,7 @@ def _git(cwd: str) -> dict[str, Any] | None:
 # -- hardware ------------------------------------------------------------
 
 
-def _cpuinfo() -> dict[str, str]:
+def read_cpuinfo() -> dict[str, str]:
     """``/proc/cpuinfo`` fields (first occurrence of each), or ``{}`` where there is none."""
     path = Path("/proc/cpuinfo")
     if not path.exists():
@@ -170,7 +171,7 @@ def _cpuinfo() -> dict[str, str]:
 def _cpu() -> dict[str, Any]:
     import psutil
 
-    info = _cpuinfo()
+    info = read_cpuinfo()
     model = (
         info.get("model name")
         or info.get("hardware")

@@ -2,7 +2,10 @@
 convolution.
 
 It is a theoretical figure computed from the CPU's vector width, FMA units, core count
-and clock, not a measurement, and it is labelled as such wherever it is printed. Set
+and the clock ``/proc/cpuinfo`` reports (often the base clock: a core that boosts above
+it can exceed this "peak"), not a measurement, and it is labelled as such wherever it is
+printed. Convolution rates count the FLOPs of a direct convolution; a backend using
+Winograd or FFT does fewer, so its effective rate may exceed the peak too. Set
 ``D5_PEAK_GFLOPS`` to use a figure from the vendor's data sheet instead.
 """
 
@@ -11,7 +14,8 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
-from pathlib import Path
+
+from d5core.environment import read_cpuinfo
 
 __all__ = ["Peak", "cpu_peak"]
 
@@ -24,25 +28,13 @@ class Peak:
     source: str
 
 
-def _cpuinfo() -> dict[str, str]:
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return {}
-    info: dict[str, str] = {}
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        info.setdefault(key.strip(), value.strip())
-    return info
-
-
 def cpu_peak(cores: int | None = None) -> Peak:
     """Estimate the cores' peak GFLOP/s for float32 and float64."""
     override = os.environ.get("D5_PEAK_GFLOPS")
     if override:
         value = float(override)
         return Peak({"float32": value, "float64": value / 2}, "D5_PEAK_GFLOPS")
-    info = _cpuinfo()
+    info = read_cpuinfo()
     flags = set(info.get("flags", "").split())
     cores = cores or len(os.sched_getaffinity(0))
     model = info.get("model name", "")
@@ -50,14 +42,14 @@ def cpu_peak(cores: int | None = None) -> Peak:
     match = re.search(r"@\s*([\d.]+)\s*GHz", model)
     if match:
         ghz = float(match.group(1))
-    elif info.get("cpu MHz"):
-        ghz = float(info["cpu MHz"]) / 1000
+    elif info.get("cpu mhz"):
+        ghz = float(info["cpu mhz"]) / 1000
     if ghz <= 0:
         return Peak({}, "unknown: no clock rate in /proc/cpuinfo; set D5_PEAK_GFLOPS")
-    # AMD cores before Zen 5 execute 512-bit instructions as two 256-bit halves.
-    wide = "avx512f" in flags and "AMD" not in info.get(
-        "vendor_id", "AuthenticAMD" if "AMD" in model else ""
-    )
+    # AMD cores before Zen 5 (CPU family 26) execute 512-bit instructions as two
+    # 256-bit halves, so only their 256-bit rate counts.
+    amd_halves = info.get("vendor_id") == "AuthenticAMD" and int(info.get("cpu family", 0)) < 26
+    wide = "avx512f" in flags and not amd_halves
     bits = 512 if wide else 256 if "avx" in flags else 128
     fma = 2 if "fma" in flags else 1
     units = 2  # two vector FMA pipes per core on current x86 server cores
