@@ -20,6 +20,7 @@ __all__ = [
     "SUITES",
     "InputSpec",
     "Problem",
+    "all_suites",
     "conv_problem",
     "gemm_problem",
     "parse_shapes",
@@ -185,12 +186,43 @@ SUITES["cpu-small"] = SUITES["cpu-small-gemm"] + SUITES["cpu-small-conv"]
 SUITES["deepbench"] = SUITES["deepbench-gemm"] + SUITES["deepbench-conv"]
 
 
+def _from_hook(suite_name: str, spec: Mapping[str, Any]) -> Problem:
+    """A problem contributed by a plugin as ``{"op", "shapes", "attributes"?, "name"?}``."""
+    try:
+        shapes = [tuple(int(d) for d in shape) for shape in spec["shapes"]]
+        return Problem(
+            str(spec["op"]),
+            tuple(InputSpec(shape) for shape in shapes),
+            dict(spec.get("attributes") or {}),
+            str(spec.get("name") or ""),
+            int(spec.get("flops") or 0),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise UsageError(
+            f"suite {suite_name!r} from a plugin has a malformed problem {spec!r}: "
+            f"each needs 'op' and 'shapes' ({type(exc).__name__}: {exc})"
+        ) from None
+
+
+def all_suites() -> dict[str, list[Problem]]:
+    """The built-in suites and those plugins add through ``d5_operator_shape_suites``."""
+    from d5core.plugins import get_plugin_manager
+
+    suites = dict(SUITES)
+    contributed, _problems = get_plugin_manager().merged("d5_operator_shape_suites")
+    for name, specs in contributed.items():
+        if name not in suites:
+            suites[name] = [_from_hook(name, spec) for spec in specs]
+    return suites
+
+
 def suite(name: str, op: str | None = None) -> list[Problem]:
     """The problems of suite ``name``, only those of operator ``op`` if given."""
-    if name not in SUITES:
-        known = ", ".join(sorted(SUITES))
+    suites = SUITES if name in SUITES else all_suites()
+    if name not in suites:
+        known = ", ".join(sorted(suites))
         raise UsageError(f"no operator suite named {name!r}; known suites: {known}")
-    problems = [p for p in SUITES[name] if op is None or p.op == op]
+    problems = [p for p in suites[name] if op is None or p.op == op]
     if not problems:
         raise UsageError(f"suite {name!r} has no {op} problems; try --suite cpu-small")
     return problems

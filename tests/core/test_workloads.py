@@ -86,3 +86,17 @@ def test_peak_can_be_set_by_the_user(monkeypatch):
     peak = roofline.cpu_peak()
     assert peak.gflops == {"float32": 1000.0, "float64": 500.0}
     assert peak.source == "D5_PEAK_GFLOPS"
+
+
+def test_plugins_add_suites_through_the_hook(d5_plugin_manager):
+    from d5core.hookspecs import hookimpl
+
+    class Mine:
+        @hookimpl
+        def d5_operator_shape_suites(self):
+            return {"my-mlp": [{"op": "Gemm", "shapes": [[8, 4], [4, 2]], "name": "tiny"}]}
+
+    d5_plugin_manager.register(Mine(), "mine")
+    (problem,) = suite("my-mlp", "Gemm")
+    assert problem.label == "tiny"
+    assert [s.shape for s in problem.inputs] == [(8, 4), (4, 2)]
