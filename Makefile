@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 # torch is always pinned: 2.13.0 is a CPU build; anything else downloads gigabytes.
 TORCH  := torch==2.13.0
 # Plugins that can share one environment (MXNet cannot: it needs numpy 1.23.5).
-SHARED_PLUGINS := d5-plugin-numpy d5-plugin-torch
+SHARED_PLUGINS := d5-plugin-numpy d5-plugin-torch d5-plugin-onnxruntime
 STAMP  := $(VENV)/.installed
 
 .PHONY: dev demo test lint types bench docs clean
@@ -53,6 +53,7 @@ bench: dev ## the benchmark scripts whose figures go into docs/benchmarks.md
 	$(BIN)/python benchmarks/bus_overhead.py
 	$(BIN)/python benchmarks/engine_vs_timeit.py
 	$(BIN)/python benchmarks/op_overhead.py
+	$(BIN)/python benchmarks/microbatch_memory.py
 
 clean:
 	rm -rf $(VENV) .nox .reports .pytest_cache .mypy_cache .ruff_cache

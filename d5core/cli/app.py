@@ -28,6 +28,7 @@ CORE_COMMANDS: dict[str, str] = {
     "validate": "d5core.cli.validate_cmd:validate",
     "bench": "d5core.cli.bench_cmd:bench",
     "results": "d5core.cli.results_cmd:results",
+    "conformance": "d5core.cli.conformance_cmd:conformance",
 }
 
 

@@ -175,3 +175,104 @@ def bench_op(
         f"peak: {peak_line:.0f} GFLOP/s ({peak.source})" if peak_line else f"peak: {peak.source}"
     )
     out.print("! marks a measurement whose IQR exceeds 10% of its median (unstable)")
+
+
+@bench.command("net")
+@click.argument("model")
+@click.option("--executors", required=True, help="Comma-separated executors, e.g. numpy,torch.")
+@click.option("--batch", default=32, show_default=True, help="Samples per step.")
+@click.option(
+    "--mode",
+    type=click.Choice(["inference", "train-step"]),
+    default="inference",
+    show_default=True,
+)
+@click.option("--breakdown", is_flag=True, help="Also time every node (a separate run).")
+@click.option("--seed", default=0, show_default=True, help="Seed of the generated feeds.")
+@click.option("--min-samples", default=10, show_default=True)
+@click.option("--max-samples", default=1000, show_default=True)
+@click.option("--time-budget", default=10.0, show_default=True, help="Seconds per measurement.")
+@click.option("--rel-ci", default=0.01, show_default=True, help="Stop at CI within ± this.")
+@click.option("--warmup", default=3, show_default=True, help="Untimed steps first.")
+@json_option
+@db_option
+def bench_net(
+    model: str,
+    executors: str,
+    batch: int,
+    mode: str,
+    breakdown: bool,
+    seed: int,
+    min_samples: int,
+    max_samples: int,
+    time_budget: float,
+    rel_ci: float,
+    warmup: int,
+    as_json: bool,
+    db: Path | None,
+) -> None:
+    """Time a network on each executor: inference or a training step, with throughput.
+
+    MODEL is a zoo name, a light model shipped with onnx, or a path to an .onnx file.
+    """
+    from d5core.results.store import ResultsStore
+    from d5core.runners.networks import bench_networks
+
+    if batch <= 0:
+        raise UsageError(f"--batch must be positive, got {batch}")
+    names = parse_list(executors, "executors")
+    options = measure_options(min_samples, max_samples, time_budget, rel_ci, warmup)
+    config = {
+        "model": model,
+        "executors": names,
+        "batch": batch,
+        "mode": mode,
+        "measure": options.to_json(),
+    }
+    with (
+        ResultsStore.open(db) as store,
+        store.run("net", f"bench {model}", config=config, seed=seed) as run_id,
+    ):
+
+        def keep(timing: Any) -> None:
+            labels = {"executor": timing.executor, "mode": timing.mode, "batch": timing.batch}
+            store.add_measurement(run_id, "time", timing.measurement, labels=labels)
+            rates = [timing.batch / s for s in timing.measurement.samples if s > 0]
+            store.add_measurement(run_id, "throughput", rates, labels=labels, unit="samples/s")
+
+        timings = bench_networks(
+            model, names, batch=batch, mode=mode, options=options, seed=seed,
+            breakdown=breakdown, on_result=keep,
+        )  # fmt: skip
+    rows = [{**t.to_json(), "run_id": run_id} for t in timings]
+    if as_json:
+        print_json(rows)
+        return
+    out = console()
+    table = Table(title=f"d5 bench net {model} ({mode}, batch {batch}), run {run_id}",
+                  title_justify="left")  # fmt: skip
+    for column in ("executor", "median [95% CI] per step", "samples/s [95% CI]", "n"):
+        table.add_column(column, justify="right")
+    for row, t in zip(rows, timings, strict=True):
+        s = t.measurement.summary
+        warn = " !" if s.stability != "stable" else ""
+        table.add_row(
+            t.executor,
+            f"{_fmt_time(s.median)} [{_fmt_time(s.ci_low)}, {_fmt_time(s.ci_high)}]{warn}",
+            f"{row['throughput']:.1f} [{row['throughput_ci_low']:.1f}, "
+            f"{row['throughput_ci_high']:.1f}]",
+            str(s.n),
+        )
+    out.print(table)
+    for t in timings:
+        if not t.breakdown:
+            continue
+        layers = Table(title=f"per-node time on {t.executor} (top 15)", title_justify="left")
+        for column in ("node", "op", "median", "share"):
+            layers.add_column(column)
+        for layer in t.breakdown[:15]:
+            layers.add_row(
+                layer["node"], layer["op_type"], _fmt_time(layer["median"]),
+                f"{100 * layer['share']:.1f}%",
+            )  # fmt: skip
+        out.print(layers)

@@ -129,3 +129,76 @@ def _print_report(result: Any) -> None:
     console().print(table)
     for error in report.errors:
         console().print(f"error: {error}")
+
+
+@validate.command("net")
+@click.argument("model")
+@click.option("--executor", required=True, help="Executor to check (e.g. torch, onnxruntime).")
+@click.option("--batch", default=2, show_default=True, help="Batch size of the generated feeds.")
+@click.option("--seed", default=0, show_default=True, help="Seed of the generated feeds.")
+@click.option("--rtol", type=float, default=None, help="Override the relative tolerance.")
+@click.option("--atol", type=float, default=None, help="Override the absolute tolerance.")
+@json_option
+@db_option
+def validate_net(
+    model: str,
+    executor: str,
+    batch: int,
+    seed: int,
+    rtol: float | None,
+    atol: float | None,
+    as_json: bool,
+    db: Path | None,
+) -> None:
+    """Validate a network on an executor against the reference executor: every output,
+    and the gradient of every parameter when the executor trains.
+
+    MODEL is a zoo name (mlp, lenet5, resnet20, vgg, ...), a light model shipped with
+    onnx (resnet50, ...), or a path to an .onnx file. Exit 0 on pass, 1 on failure,
+    2 on bad usage.
+    """
+    from d5core.results.store import ResultsStore
+    from d5core.runners.networks import validate_network
+
+    result = validate_network(
+        model, executor, batch=batch, seed=seed, tolerances=_tolerances(rtol, atol, "float32")
+    )
+    data = result.to_json()
+    config = {"model": model, "executor": executor, "batch": batch}
+    with (
+        ResultsStore.open(db) as store,
+        store.run("validate", f"{model} {executor}", config=config, seed=seed) as run_id,
+    ):
+        store.add_metric(run_id, "passed", float(result.passed))
+        for check in [*result.outputs, *result.gradients]:
+            for metric, value in (check.metrics or {}).items():
+                if math.isfinite(value):
+                    labels = {"check": check.label, "method": getattr(check, "method", "")}
+                    store.add_metric(run_id, metric, value, labels=labels)
+    data["run_id"] = run_id
+    if as_json:
+        print_json(data)
+    else:
+        table = Table(
+            title=f"{model} on {executor}, against {data['against']} (batch {batch})",
+            title_justify="left",
+        )
+        for column in ("check", "result", "max abs", "max rel", "detail"):
+            table.add_column(column, overflow="fold")
+        for check in [*result.outputs, *result.gradients]:
+            m = check.metrics or {}
+            label = check.label if check in result.outputs else f"gradient of {check.name}"
+            table.add_row(
+                label,
+                "pass" if check.passed else "FAIL",
+                f"{m.get('max_abs', float('nan')):.2e}" if m else "",
+                f"{m.get('max_rel', float('nan')):.2e}" if m else "",
+                check.detail or "",
+            )
+        console().print(table)
+        for note in result.notes:
+            console().print(note)
+    if not result.passed:
+        failures = result.failures()
+        more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
+        raise CheckFailed(f"{model} on {executor} failed: {failures[0]}{more}")

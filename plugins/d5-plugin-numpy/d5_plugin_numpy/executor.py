@@ -1,0 +1,454 @@
+"""The reference graph executor, registered as ``numpy`` in the ``d5.frameworks`` group.
+
+:class:`NumpyExecutor` interprets an ONNX graph node by node with the level-0 reference
+operators: slow, clear and trusted, it is what every other executor is validated against.
+
+Modes. :meth:`~NumpyExecutor.inference` runs ``Dropout`` as the identity and
+``BatchNormalization`` with its stored running statistics; :meth:`inference_and_backprop`
+runs both in training mode (the Dropout mask is the reference operator's reproducible
+one; BatchNormalization normalizes with the batch statistics). The running statistics a
+training pass computes are kept in :attr:`NumpyExecutor.running_stats` and written into
+the parameters only when :meth:`NumpyExecutor.apply_running_stats` is called.
+
+Opsets. Nodes are translated to the operators' opset-13+ contract before being created:
+``Squeeze``/``Unsqueeze`` ``axes`` attributes (opset < 13) become inputs, ``Softmax`` and
+``LogSoftmax`` before opset 13 coerce their input to 2-D at ``axis`` (default 1),
+obsolete attributes (``spatial``, ``is_test``, ``consumed_inputs``, ``broadcast``) are
+dropped, and ``Constant``/``ConstantOfShape`` nodes (and every node whose inputs are all
+constants) are folded once at construction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from d5_plugin_numpy.ops import OPERATORS as _LEVEL0
+from d5_plugin_numpy.ops.base import ReferenceOperator
+from d5_plugin_numpy.ops.lrn import LRN
+from d5core.bus import GRAPH_NODE, get_bus
+from d5core.errors import UsageError
+from d5core.levels.networks import GraphExecutor
+from d5core.levels.operators import Operator, TensorDescriptor
+
+__all__ = ["OPERATORS", "NumpyExecutor", "fold_constant", "graph_view", "node_attributes"]
+
+#: Attributes of older opsets that carry no meaning for the opset-13 operators.
+_OBSOLETE = frozenset({"spatial", "is_test", "consumed_inputs", "broadcast"})
+#: Operators folded at construction (they have no runtime input).
+_CONSTANTS = frozenset({"Constant", "ConstantOfShape"})
+
+
+#: The operators the executor creates: the level-0 backend's, plus LRN (kept out of the
+#: backend's registry until it has level-0 test cases in both backends).
+OPERATORS: dict[str, type[ReferenceOperator]] = {**_LEVEL0, "LRN": LRN}
+
+
+# -- the graph, from a Network or a ModelProto ------------------------------
+
+
+@dataclass
+class GraphView:
+    """What an executor needs from a network: named nodes in topological order,
+    parameters, trainable names, fed input and output names, opset."""
+
+    opset: int
+    nodes: list[onnx.NodeProto]
+    parameters: dict[str, np.ndarray]
+    trainable: list[str]
+    inputs: list[str]
+    outputs: list[str]
+    value_dtypes: dict[str, int] = field(default_factory=dict)
+
+
+def graph_view(network: Any) -> GraphView:
+    """A :class:`GraphView` of a ``d5core.networks.Network`` or an ``onnx.ModelProto``."""
+    if isinstance(network, onnx.ModelProto):
+        model = network
+        graph = model.graph
+        opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 13)
+        params = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
+        nodes = []
+        for i, node in enumerate(graph.node):
+            if not node.name:
+                node = onnx.NodeProto.FromString(node.SerializeToString())
+                node.name = f"{node.op_type}_{i}"
+            nodes.append(node)
+        trainable = [n for n, a in params.items() if np.issubdtype(a.dtype, np.floating)]
+        inputs = [v.name for v in graph.input if v.name not in params]
+        outputs = [v.name for v in graph.output]
+    else:
+        params = {k: np.asarray(v) for k, v in network.parameters.items()}
+        nodes = list(network.nodes)
+        opset = int(network.opset)
+        trainable = list(network.trainable)
+        inputs = [v.name for v in network.inputs if v.name not in params]
+        outputs = [v.name for v in network.outputs]
+        graph = network.model.graph
+    dtypes = {
+        v.name: v.type.tensor_type.elem_type
+        for v in list(graph.input) + list(graph.output) + list(graph.value_info)
+    }
+    return GraphView(opset, nodes, params, trainable, inputs, outputs, dtypes)
+
+
+def node_attributes(node: onnx.NodeProto) -> dict[str, Any]:
+    """The node's attributes as Python values (tensors as numpy arrays)."""
+    attrs: dict[str, Any] = {}
+    for a in node.attribute:
+        value = helper.get_attribute_value(a)
+        if isinstance(value, onnx.TensorProto):
+            value = numpy_helper.to_array(value)
+        attrs[a.name] = value
+    return attrs
+
+
+def fold_constant(node: onnx.NodeProto, inputs: Sequence[np.ndarray]) -> np.ndarray:
+    """The value of a ``Constant`` or ``ConstantOfShape`` node."""
+    attrs = node_attributes(node)
+    if node.op_type == "ConstantOfShape":
+        value = attrs.get("value", np.zeros(1, np.float32))
+        shape = tuple(int(d) for d in np.asarray(inputs[0]).reshape(-1))
+        return np.full(shape, np.asarray(value).reshape(-1)[0], dtype=np.asarray(value).dtype)
+    for key, dtype in (
+        ("value", None),
+        ("value_float", np.float32),
+        ("value_floats", np.float32),
+        ("value_int", np.int64),
+        ("value_ints", np.int64),
+    ):
+        if key in attrs:
+            return np.asarray(attrs[key], dtype=dtype)
+    raise UsageError(f"node {node.name!r} (Constant): no supported value attribute")
+
+
+# -- opset translation --------------------------------------------------------
+
+
+@dataclass
+class _Step:
+    """One node, translated to the opset-13 operator contract."""
+
+    name: str
+    op_type: str
+    attributes: dict[str, Any]
+    #: Per operator input: a tensor name, or a constant array.
+    inputs: list[str | np.ndarray | None]
+    outputs: list[str]
+    #: Opset < 13 Softmax/LogSoftmax: coerce to 2-D at this axis.
+    coerce_axis: int | None = None
+    ops: dict[tuple[Any, ...], Operator] = field(default_factory=dict)
+
+
+def _translate(node: onnx.NodeProto, opset: int, training: bool) -> _Step:
+    attrs = {k: v for k, v in node_attributes(node).items() if k not in _OBSOLETE}
+    inputs: list[str | np.ndarray | None] = [n if n else None for n in node.input]
+    op_type = node.op_type
+    coerce = None
+    if op_type in ("Squeeze", "Unsqueeze") and "axes" in attrs:
+        inputs = [inputs[0], np.asarray(attrs.pop("axes"), dtype=np.int64)]
+    elif op_type in ("Softmax", "LogSoftmax") and opset < 13:
+        coerce = int(attrs.pop("axis", 1))
+        attrs["axis"] = 1
+    elif op_type == "BatchNormalization":
+        attrs["training_mode"] = int(training)
+    elif op_type == "Dropout":
+        inputs = inputs[:2]
+        attrs["training_mode"] = int(training)
+    while inputs and inputs[-1] is None:
+        inputs.pop()
+    return _Step(node.name, op_type, attrs, inputs, [o for o in node.output], coerce)
+
+
+class _Coerced2D(Operator):
+    """Softmax/LogSoftmax of opsets before 13: flatten to 2-D at ``axis``, then along 1."""
+
+    def __init__(self, inner: Operator, axis: int) -> None:
+        super().__init__({})
+        self.inner, self.axis = inner, axis
+
+    def _flat(self, x: np.ndarray) -> np.ndarray:
+        axis = self.axis % x.ndim if x.ndim else 0
+        rows = int(np.prod(x.shape[:axis], dtype=np.int64))
+        return x.reshape(rows, -1)
+
+    def forward(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        x = inputs[0]
+        return [self.inner.forward([self._flat(x)])[0].reshape(x.shape)]
+
+    def backward(
+        self,
+        grad_outputs: Sequence[np.ndarray],
+        inputs: Sequence[np.ndarray],
+        outputs: Sequence[np.ndarray],
+    ) -> list[np.ndarray | None]:
+        x = inputs[0]
+        g = self.inner.backward(
+            [self._flat(grad_outputs[0])], [self._flat(x)], [self._flat(outputs[0])]
+        )[0]
+        return [None if g is None else g.reshape(x.shape)]
+
+
+# -- the executor ---------------------------------------------------------------
+
+
+@dataclass
+class _Record:
+    step: _Step
+    op: Operator
+    inputs: list[np.ndarray]
+    outputs: list[np.ndarray]
+
+
+class NumpyExecutor(GraphExecutor):
+    """d5's reference executor: the graph interpreted with the numpy reference operators.
+
+    Operators are created on first use for each combination of input shapes and dtypes
+    and cached, so a network runs at any batch size. Construction checks that every
+    node is supported and its attributes valid, raising a one-line
+    :class:`~d5core.errors.UsageError` naming the node otherwise.
+
+    :param network: a ``d5core.networks.Network`` or an ``onnx.ModelProto``.
+    :param device: only ``"cpu"``.
+    """
+
+    name: ClassVar[str] = "numpy"
+    trains: ClassVar[bool] = True
+    #: Every ONNX operator type (plus d5's ``MeanSquaredError``) the executor runs.
+    supported_ops: ClassVar[frozenset[str]] = frozenset(OPERATORS) | _CONSTANTS
+
+    def __init__(self, network: Any, *, device: str = "cpu") -> None:
+        super().__init__(network, device=device)
+        if device != "cpu":
+            raise UsageError(f"the numpy executor runs on 'cpu' only, not {device!r}")
+        self._graph = graph_view(getattr(self, "network", network))
+        self.check_supported()
+        #: Parameters by name (initializers), as the executor holds them.
+        self.parameters: dict[str, np.ndarray] = dict(self._graph.parameters)
+        #: Running statistics from the last training pass, by BatchNormalization input
+        #: name (``input_mean`` / ``input_var``); see :meth:`apply_running_stats`.
+        self.running_stats: dict[str, np.ndarray] = {}
+        self._constants: dict[str, np.ndarray] = {}
+        self._steps: dict[bool, list[_Step]] = {}
+        self._fold_constants()
+        for training in (False, True):
+            self._steps[training] = self._plan(training)
+
+    # -- construction ----------------------------------------------------------
+
+    def check_supported(self) -> None:
+        """Raise a one-line :class:`UsageError` naming the first unsupported node."""
+        for node in self._graph.nodes:
+            if node.op_type not in self.supported_ops:
+                raise UsageError(
+                    f"the {self.name} executor does not support operator {node.op_type!r} "
+                    f"(node {node.name!r})"
+                )
+
+    def _fold_constants(self) -> None:
+        """Evaluate constant nodes, and nodes whose inputs are all such constants."""
+        graph = self._graph
+        static = {n for n, a in graph.parameters.items() if not np.issubdtype(a.dtype, np.floating)}
+        for node in graph.nodes:
+            ins = [i for i in node.input if i]
+            if node.op_type not in _CONSTANTS and (not ins or not all(i in static for i in ins)):
+                continue
+            found = [self._constants.get(i, graph.parameters.get(i)) for i in ins]
+            values = [v for v in found if v is not None]
+            if len(values) != len(ins):
+                raise UsageError(
+                    f"node {node.name!r} ({node.op_type}): its inputs must be constants"
+                )
+            try:
+                if node.op_type in _CONSTANTS:
+                    outs = [fold_constant(node, values)]
+                else:
+                    step = _translate(node, graph.opset, False)
+                    known = dict(zip(ins, values, strict=True))
+                    args = [known[i] if isinstance(i, str) else i for i in step.inputs]
+                    outs = self._run_step(step, args)  # type: ignore[arg-type]
+            except UsageError as exc:
+                if str(exc).startswith("node "):
+                    raise
+                raise UsageError(f"node {node.name!r} ({node.op_type}): {exc}") from None
+            for name, value in zip(node.output, outs, strict=False):
+                self._constants[name] = value
+                static.add(name)
+
+    def _plan(self, training: bool) -> list[_Step]:
+        steps = []
+        for node in self._graph.nodes:
+            if all(o in self._constants for o in node.output if o):
+                continue
+            step = _translate(node, self._graph.opset, training)
+            step.inputs = [
+                self._constants[i] if isinstance(i, str) and i in self._constants else i
+                for i in step.inputs
+            ]
+            try:  # check the attributes now: errors name the node before any run
+                OPERATORS[step.op_type](step.attributes)
+            except UsageError as exc:
+                raise UsageError(f"node {node.name!r} ({node.op_type}): {exc}") from None
+            steps.append(step)
+        return steps
+
+    # -- running ---------------------------------------------------------------
+
+    def _operator(self, step: _Step, inputs: Sequence[np.ndarray]) -> Operator:
+        key = tuple((a.shape, a.dtype.str) for a in inputs)
+        op = step.ops.get(key)
+        if op is None:
+            descs = [TensorDescriptor.of(a) for a in inputs]
+            try:
+                if step.coerce_axis is not None:
+                    x = inputs[0]
+                    axis = step.coerce_axis % max(x.ndim, 1)
+                    rows = int(np.prod(x.shape[:axis], dtype=np.int64))
+                    flat = TensorDescriptor((rows, x.size // max(rows, 1)), str(x.dtype))
+                    inner = self._create(step.op_type, step.attributes, [flat])
+                    op = _Coerced2D(inner, step.coerce_axis)
+                else:
+                    op = self._create(step.op_type, step.attributes, descs)
+            except UsageError as exc:
+                raise UsageError(f"node {step.name!r} ({step.op_type}): {exc}") from None
+            step.ops[key] = op
+        return op
+
+    @staticmethod
+    def _create(
+        op_type: str, attributes: Mapping[str, Any], descs: Sequence[TensorDescriptor]
+    ) -> Operator:
+        """Like ``NumpyBackend.create``, from :data:`OPERATORS` (which adds LRN)."""
+        op = OPERATORS[op_type](attributes)
+        op.check_inputs(descs)
+        return op
+
+    def _run_step(self, step: _Step, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        op = self._operator(step, inputs)
+        try:
+            return op.forward(inputs)
+        except UsageError as exc:
+            raise UsageError(f"node {step.name!r} ({step.op_type}): {exc}") from None
+
+    def _forward(
+        self, feeds: Mapping[str, np.ndarray], training: bool, records: list[_Record] | None
+    ) -> dict[str, np.ndarray]:
+        missing = [n for n in self._graph.inputs if n not in feeds]
+        if missing:
+            raise UsageError(
+                f"the network needs input {missing[0]!r}; feeds have: "
+                f"{', '.join(sorted(feeds)) or 'none'}"
+            )
+        env: dict[str, np.ndarray] = {**self.parameters, **self._constants}
+        env.update((k, np.asarray(v)) for k, v in feeds.items())
+        bus = get_bus()
+        traced = bus.wants(GRAPH_NODE + ".end")
+        for step in self._steps[training]:
+            args = [env[i] if isinstance(i, str) else i for i in step.inputs]
+            if traced:
+                with bus.span(GRAPH_NODE, level=1, node=step.name, op_type=step.op_type):
+                    outs = self._run_step(step, args)  # type: ignore[arg-type]
+            else:
+                outs = self._run_step(step, args)  # type: ignore[arg-type]
+            for name, value in zip(step.outputs, outs, strict=False):
+                if name:
+                    env[name] = value
+            if records is not None:
+                records.append(_Record(step, step.ops[self._key(args)], args, outs))  # type: ignore[arg-type]
+            if training and step.op_type == "BatchNormalization" and len(outs) == 3:
+                for src, value in zip(step.inputs[3:5], outs[1:3], strict=True):
+                    if isinstance(src, str):
+                        self.running_stats[src] = value
+        return env
+
+    @staticmethod
+    def _key(inputs: Sequence[np.ndarray]) -> tuple[Any, ...]:
+        return tuple((a.shape, a.dtype.str) for a in inputs)
+
+    def inference(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Run the graph in inference mode; every graph output by name."""
+        env = self._forward(feeds, False, None)
+        return {name: env[name] for name in self._graph.outputs}
+
+    def inference_and_backprop(
+        self, feeds: Mapping[str, np.ndarray], loss: str
+    ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+        """Run in training mode, then backward from ``loss`` (seeded with ones).
+
+        :return: every graph output, and the gradient of ``loss`` for every trainable
+            parameter (zeros for one the loss does not depend on).
+        """
+        records: list[_Record] = []
+        env = self._forward(feeds, True, records)
+        if loss not in env:
+            raise UsageError(f"{loss!r} is not a tensor of the network")
+        grads: dict[str, np.ndarray] = {loss: np.ones_like(env[loss])}
+        bus = get_bus()
+        traced = bus.wants(GRAPH_NODE + ".end")
+        for rec in reversed(records):
+            step = rec.step
+            if not any(o in grads for o in step.outputs):
+                continue
+            douts = [
+                grads[name]
+                if i < len(step.outputs) and (name := step.outputs[i]) in grads
+                else np.zeros_like(out)
+                for i, out in enumerate(rec.outputs)
+            ]
+            if traced:
+                with bus.span(
+                    GRAPH_NODE, level=1, node=step.name, op_type=step.op_type, direction="backward"
+                ):
+                    dins = rec.op.backward(douts, rec.inputs, rec.outputs)
+            else:
+                dins = rec.op.backward(douts, rec.inputs, rec.outputs)
+            for src, g in zip(step.inputs, dins, strict=False):
+                if g is None or not isinstance(src, str):
+                    continue
+                grads[src] = grads[src] + g if src in grads else g
+        outputs = {name: env[name] for name in self._graph.outputs}
+        params = {
+            name: grads.get(name, np.zeros_like(self.parameters[name]))
+            for name in self._graph.trainable
+        }
+        return outputs, params
+
+    def prepare_inference(self, feeds: Mapping[str, np.ndarray]) -> Callable[[], object]:
+        """A callable that runs :meth:`inference` on ``feeds`` (already numpy arrays)."""
+        arrays = {k: np.asarray(v) for k, v in feeds.items()}
+        return lambda: self.inference(arrays)
+
+    def prepare_train_step(
+        self, feeds: Mapping[str, np.ndarray], loss: str
+    ) -> Callable[[], object]:
+        """A callable that runs :meth:`inference_and_backprop` on ``feeds``."""
+        arrays = {k: np.asarray(v) for k, v in feeds.items()}
+        return lambda: self.inference_and_backprop(arrays, loss)
+
+    # -- parameters ------------------------------------------------------------
+
+    def get_parameters(self) -> dict[str, np.ndarray]:
+        """Copies of every parameter (initializer) by name."""
+        return {k: v.copy() for k, v in self.parameters.items()}
+
+    def set_parameters(self, params: Mapping[str, np.ndarray]) -> None:
+        """Replace parameters by name; each must exist and keep its shape."""
+        for name, value in params.items():
+            old = self.parameters.get(name)
+            if old is None:
+                raise UsageError(f"the network has no parameter {name!r}")
+            value = np.asarray(value)
+            if value.shape != old.shape:
+                raise UsageError(f"parameter {name!r} has shape {old.shape}, not {value.shape}")
+            self.parameters[name] = value.astype(old.dtype, copy=True)
+
+    def apply_running_stats(self) -> None:
+        """Write the running statistics of the last training pass into the parameters."""
+        for name, value in self.running_stats.items():
+            if name in self.parameters:
+                self.parameters[name] = value.copy()

@@ -1,0 +1,269 @@
+"""The ``onnxruntime`` graph executor: one ``InferenceSession`` per network, inference only.
+
+The session is created once, in the constructor, from the model's bytes. Its options are
+fixed so that runs are comparable (see :func:`default_session_options`):
+
+- ``intra_op_num_threads`` is ``OMP_NUM_THREADS`` when that is set to a positive integer,
+  else the number of cores this process may run on (``os.sched_getaffinity``);
+- ``inter_op_num_threads`` is 1 and the execution mode sequential;
+- the graph optimisation level is ``ORT_ENABLE_ALL`` (ONNX Runtime's default).
+
+A model that imports an opset newer than ORT's newest released one (``onnx.helper``
+stamps onnx's newest by default) is refused by ORT; the error says so in one line.
+
+An operator ONNX Runtime cannot run, a model it cannot load, and an attempt to train are
+one-line :class:`~d5core.errors.UsageError` s.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import numpy_helper
+
+from d5core.errors import UsageError
+from d5core.levels.networks import GraphExecutor
+
+__all__ = ["OnnxRuntimeExecutor", "default_session_options", "default_threads"]
+
+_PREFIX = re.compile(r"^\[ONNXRuntimeError\]\s*:\s*\d+\s*:\s*\w+\s*:\s*")
+#: A C++ source location and function signature ORT puts before some messages.
+_SOURCE = re.compile(r"^\S+\.(?:cc|cpp|h):\d+\s.*?\)\s+(?=[A-Z])")
+_MAX_IR = re.compile(r"max supported IR version:\s*(\d+)")
+_NO_OP = re.compile(
+    r'In Node, \("(?P<node>[^"]*)", (?P<op>[\w.]+), "(?P<domain>[^"]*)".*?'
+    r"No Op registered for \S+ with domain_version of (?P<version>\d+)",
+    re.S,
+)
+_NO_KERNEL = re.compile(
+    r"Could not find an implementation for (?P<op>[\w.]+)\((?P<version>\d+)\) node "
+    r"with name '(?P<node>[^']*)'"
+)
+_NOT_REGISTERED = re.compile(
+    r"(?:(?P<domain>[\w.]*):)?(?P<op>\w+)\((?P<version>-?\d+)\) is not a registered function/op"
+)
+_OPSET_TOO_NEW = re.compile(
+    r"Opset (?P<used>\d+) is under development.*?domain (?P<domain>[\w.]+) is till opset "
+    r"(?P<max>\d+)",
+    re.S,
+)
+
+
+def default_threads() -> int:
+    """Threads per operator: ``OMP_NUM_THREADS`` if set to a positive integer, else the
+    number of cores this process may run on."""
+    value = os.environ.get("OMP_NUM_THREADS", "").strip()
+    if value.isdigit() and int(value) > 0:
+        return int(value)
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def default_session_options(threads: int | None = None) -> ort.SessionOptions:
+    """The session options every executor uses (see the module docstring)."""
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads if threads is not None else default_threads()
+    options.inter_op_num_threads = 1
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.log_severity_level = 4  # fatal only: load errors become exceptions anyway
+    return options
+
+
+def _one_line(exc: BaseException) -> str:
+    text = _PREFIX.sub("", str(exc).strip())
+    text = _SOURCE.sub("", text)
+    return " ".join(text.split())
+
+
+def _model_proto(network: Any) -> onnx.ModelProto:
+    if isinstance(network, onnx.ModelProto):
+        return network
+    model = getattr(network, "model", None)
+    if isinstance(model, onnx.ModelProto):
+        return model
+    raise UsageError(
+        f"the onnxruntime executor needs an onnx.ModelProto or a d5 Network, "
+        f"not {type(network).__name__}"
+    )
+
+
+def _providers(device: str) -> tuple[list[Any], str, int]:
+    kind, _, index = device.partition(":")
+    if kind == "cpu":
+        return ["CPUExecutionProvider"], "cpu", 0
+    if kind == "cuda":
+        if "CUDAExecutionProvider" not in ort.get_available_providers():
+            raise UsageError(
+                f"onnxruntime {ort.__version__} has no CUDA provider for device {device!r}: "
+                "pip install onnxruntime-gpu"
+            )
+        device_id = int(index) if index.isdigit() else 0
+        return (
+            [("CUDAExecutionProvider", {"device_id": device_id}), "CPUExecutionProvider"],
+            "cuda",
+            device_id,
+        )
+    raise UsageError(f"the onnxruntime executor runs on 'cpu' or 'cuda[:N]', not {device!r}")
+
+
+def _load_error(exc: BaseException, model: onnx.ModelProto) -> UsageError:
+    """The one-line error for a model ONNX Runtime refused to load."""
+    raw = str(exc)
+    for pattern in (_NO_OP, _NO_KERNEL, _NOT_REGISTERED):
+        found = pattern.search(raw)
+        if found:
+            parts = found.groupdict()
+            where = [f"node {parts['node']!r}" if parts.get("node") else "unnamed node"]
+            where.append(f"domain {parts.get('domain') or 'ai.onnx'}")
+            if not parts["version"].startswith("-"):
+                where.append(f"opset {parts['version']}")
+            return UsageError(
+                f"onnxruntime {ort.__version__} cannot run operator {parts['op']} "
+                f"({', '.join(where)}): no implementation registered"
+            )
+    found = _OPSET_TOO_NEW.search(raw)
+    if found:
+        ops = sorted({n.op_type for n in model.graph.node})
+        listed = ", ".join(ops[:5]) + (", ..." if len(ops) > 5 else "")
+        return UsageError(
+            f"onnxruntime {ort.__version__} supports {found['domain']} opsets up to "
+            f"{found['max']}; the model imports opset {found['used']} for {listed}"
+        )
+    return UsageError(f"onnxruntime {ort.__version__} cannot load the model: {_one_line(exc)}")
+
+
+class OnnxRuntimeExecutor(GraphExecutor):
+    """Runs an ONNX network with ONNX Runtime; inference only.
+
+    :param network: a d5 ``Network`` or an ``onnx.ModelProto``; it is not modified.
+    :param device: ``"cpu"`` (default) or ``"cuda[:N]"`` where onnxruntime-gpu is installed.
+    :param threads: ``intra_op_num_threads``; :func:`default_threads` when ``None``.
+    :raises UsageError: when ONNX Runtime cannot load the model or run one of its operators.
+    """
+
+    name: ClassVar[str] = "onnxruntime"
+    trains: ClassVar[bool] = False
+
+    def __init__(self, network: Any, *, device: str = "cpu", threads: int | None = None) -> None:
+        super().__init__(network, device=device)
+        self._model = _model_proto(getattr(self, "network", network))
+        self._providers, self._device_type, self._device_id = _providers(device)
+        self.session_options = default_session_options(threads)
+        self.session = self._create_session(self._providers)
+        self._input_names = [i.name for i in self.session.get_inputs()]
+        self._optional_names = {i.name for i in self.session.get_overridable_initializers()}
+        self.output_names: list[str] = [o.name for o in self.session.get_outputs()]
+
+    def _create_session(self, providers: list[Any]) -> ort.InferenceSession:
+        model = self._model
+        for _ in range(2):
+            try:
+                return ort.InferenceSession(
+                    model.SerializeToString(), self.session_options, providers=providers
+                )
+            except Exception as exc:
+                found = _MAX_IR.search(str(exc))
+                if found is None or model is not self._model:
+                    raise _load_error(exc, self._model) from None
+                # An IR version newer than this ORT reads: run a copy stamped with the
+                # newest one it accepts (onnx.helper writes the newest by default).
+                model = onnx.ModelProto()
+                model.CopyFrom(self._model)
+                model.ir_version = int(found.group(1))
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    # -- feeds ----------------------------------------------------------------------
+
+    def _check_feeds(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
+        missing = [n for n in self._input_names if n not in feeds]
+        if missing:
+            raise UsageError(
+                f"missing input(s) {', '.join(missing)}; the model takes "
+                f"{', '.join(self._input_names)}"
+            )
+        unknown = [n for n in feeds if n not in self._input_names and n not in self._optional_names]
+        if unknown:
+            raise UsageError(
+                f"unknown input(s) {', '.join(unknown)}; the model takes "
+                f"{', '.join(self._input_names)}"
+            )
+        return {
+            k: np.ascontiguousarray(v) if isinstance(v, np.ndarray) else v for k, v in feeds.items()
+        }
+
+    # -- GraphExecutor -------------------------------------------------------------
+
+    def inference(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Run the session on ``feeds`` and return every graph output by name."""
+        prepared = self._check_feeds(feeds)
+        try:
+            outputs = self.session.run(self.output_names, prepared)
+        except Exception as exc:
+            raise UsageError(f"onnxruntime could not run the model: {_one_line(exc)}") from None
+        return dict(zip(self.output_names, outputs, strict=True))
+
+    def prepare_inference(self, feeds: Mapping[str, np.ndarray]) -> Callable[[], object]:
+        """Bind ``feeds`` (copied to the device) and the outputs once; the callable runs
+        only ``session.run_with_iobinding`` (and waits for the device on a GPU)."""
+        prepared = self._check_feeds(feeds)
+        session = self.session
+        if not all(isinstance(v, np.ndarray) for v in prepared.values()):
+            names = self.output_names
+
+            def run_feeds() -> object:  # sequences and optionals cannot be bound
+                return session.run(names, prepared)
+
+            return run_feeds
+        binding = session.io_binding()
+        for name, value in prepared.items():
+            # A copy: on the CPU an OrtValue shares the array's memory, and the caller's
+            # array may change between preparing and timing.
+            copied = np.array(value, order="C", copy=True)
+            binding.bind_ortvalue_input(
+                name, ort.OrtValue.ortvalue_from_numpy(copied, self._device_type, self._device_id)
+            )
+        for name in self.output_names:
+            binding.bind_output(name, self._device_type, self._device_id)
+        run_with_iobinding = session.run_with_iobinding
+        if self._device_type == "cpu":
+
+            def run_bound() -> object:
+                run_with_iobinding(binding)
+                return binding
+
+            return run_bound
+
+        def run_bound_synchronized() -> object:
+            run_with_iobinding(binding)
+            binding.synchronize_outputs()
+            return binding
+
+        return run_bound_synchronized
+
+    def inference_and_backprop(
+        self, feeds: Mapping[str, np.ndarray], loss: str
+    ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+        """Refused: d5 uses ONNX Runtime for inference only."""
+        raise UsageError(
+            "the onnxruntime executor runs inference only: choose an executor that trains "
+            "(for example torch) for inference_and_backprop"
+        )
+
+    def get_parameters(self) -> dict[str, np.ndarray]:
+        """The model's initializers by name (ONNX Runtime does not change them)."""
+        return {t.name: numpy_helper.to_array(t) for t in self._model.graph.initializer}
+
+    def set_parameters(self, params: Mapping[str, np.ndarray]) -> None:
+        """Replace initializers by name, then create the session again from the model."""
+        super().set_parameters(params)
+        self._model = _model_proto(getattr(self, "network", self._model))
+        self.session = self._create_session(self._providers)

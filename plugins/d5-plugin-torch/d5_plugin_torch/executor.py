@@ -1,0 +1,707 @@
+"""The PyTorch graph executor, registered as ``torch`` in the ``d5.frameworks`` group.
+
+:class:`TorchExecutor` translates an ONNX graph once into a list of native torch calls
+(``torch.nn.functional`` and tensor methods); every attribute, constant input and opset
+difference is resolved at translation, so a run executes only torch code. Parameters are
+held as torch tensors (``requires_grad`` for the trainable ones); backprop is
+``torch.autograd.grad`` of the loss with respect to them.
+
+Modes match the numpy reference executor: :meth:`~TorchExecutor.inference` runs Dropout
+as the identity and BatchNormalization with its running statistics;
+:meth:`~TorchExecutor.inference_and_backprop` runs both in training mode. The Dropout
+mask is the reference's (``numpy.random.default_rng(seed).random(shape) >= ratio``),
+drawn once per shape, so both executors compute the same gradients. BatchNormalization
+in training mode updates running statistics with ONNX's convention (biased variance,
+``momentum`` weighting the old value); they are kept in
+:attr:`TorchExecutor.running_stats` and written into the parameters only by
+:meth:`TorchExecutor.apply_running_stats`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import reduce
+from typing import Any, ClassVar
+
+import numpy as np
+import onnx
+import torch
+import torch.nn.functional as F
+from onnx import helper, numpy_helper
+
+from d5_plugin_torch.ops._base import resolve_device
+from d5core.bus import GRAPH_NODE, get_bus
+from d5core.errors import UsageError
+from d5core.levels.networks import GraphExecutor
+
+__all__ = ["TorchExecutor"]
+
+Tensor = torch.Tensor
+#: A translated node: a function of its input tensors returning its output tensors.
+Fn = Callable[..., Sequence[Tensor]]
+#: A function of tensors returning one tensor (wrapped into an ``Fn``).
+One = Callable[..., Tensor]
+
+_CONSTANTS = frozenset({"Constant", "ConstantOfShape"})
+
+
+def _attributes(node: onnx.NodeProto) -> dict[str, Any]:
+    attrs: dict[str, Any] = {}
+    for a in node.attribute:
+        value = helper.get_attribute_value(a)
+        if isinstance(value, onnx.TensorProto):
+            value = numpy_helper.to_array(value)
+        elif isinstance(value, bytes):
+            value = value.decode()
+        attrs[a.name] = value
+    return attrs
+
+
+def _constant(node: onnx.NodeProto, inputs: Sequence[np.ndarray]) -> np.ndarray:
+    attrs = _attributes(node)
+    if node.op_type == "ConstantOfShape":
+        value = np.asarray(attrs.get("value", np.zeros(1, np.float32)))
+        shape = tuple(int(d) for d in np.asarray(inputs[0]).reshape(-1))
+        return np.full(shape, value.reshape(-1)[0], dtype=value.dtype)
+    for key, dtype in (("value", None), ("value_float", np.float32),
+                       ("value_floats", np.float32), ("value_int", np.int64),
+                       ("value_ints", np.int64)):  # fmt: skip
+        if key in attrs:
+            return np.asarray(attrs[key], dtype=dtype)
+    raise UsageError(f"node {node.name!r} (Constant): no supported value attribute")
+
+
+@dataclass
+class _Graph:
+    opset: int
+    nodes: list[onnx.NodeProto]
+    parameters: dict[str, np.ndarray]
+    trainable: list[str]
+    inputs: list[str]
+    outputs: list[str]
+
+
+def _graph(network: Any) -> _Graph:
+    if isinstance(network, onnx.ModelProto):
+        g = network.graph
+        opset = next((o.version for o in network.opset_import if o.domain in ("", "ai.onnx")), 13)
+        params = {t.name: numpy_helper.to_array(t) for t in g.initializer}
+        nodes = []
+        for i, node in enumerate(g.node):
+            if not node.name:
+                node = onnx.NodeProto.FromString(node.SerializeToString())
+                node.name = f"{node.op_type}_{i}"
+            nodes.append(node)
+        trainable = [n for n, a in params.items() if np.issubdtype(a.dtype, np.floating)]
+        inputs = [v.name for v in g.input if v.name not in params]
+        return _Graph(opset, nodes, params, trainable, inputs, [v.name for v in g.output])
+    params = {k: np.asarray(v) for k, v in network.parameters.items()}
+    return _Graph(
+        int(network.opset),
+        list(network.nodes),
+        params,
+        list(network.trainable),
+        [v.name for v in network.inputs if v.name not in params],
+        [v.name for v in network.outputs],
+    )
+
+
+# -- geometry helpers -----------------------------------------------------------
+
+
+def _spatial_pads(
+    attrs: Mapping[str, Any], kernel: Sequence[int], x_shape: Sequence[int]
+) -> list[int]:
+    """ONNX pads (begins then ends) for ``x_shape``, resolving ``auto_pad``."""
+    n = len(kernel)
+    auto = attrs.get("auto_pad", "NOTSET")
+    strides = list(attrs.get("strides") or [1] * n)
+    dil = list(attrs.get("dilations") or [1] * n)
+    if auto in ("SAME_UPPER", "SAME_LOWER"):
+        begins, ends = [], []
+        for i in range(n):
+            size = x_shape[2 + i]
+            out = -(-size // strides[i])
+            total = max(0, (out - 1) * strides[i] + (kernel[i] - 1) * dil[i] + 1 - size)
+            small, big = total // 2, total - total // 2
+            begins.append(small if auto == "SAME_UPPER" else big)
+            ends.append(big if auto == "SAME_UPPER" else small)
+        return begins + ends
+    if auto == "VALID":
+        return [0] * (2 * n)
+    return list(attrs.get("pads") or [0] * (2 * n))
+
+
+def _torch_pad(pads: Sequence[int]) -> list[int]:
+    """ONNX pads (x1_begin, x2_begin, ..., x1_end, ...) as ``F.pad`` wants them."""
+    n = len(pads) // 2
+    out: list[int] = []
+    for i in reversed(range(n)):
+        out += [pads[i], pads[i + n]]
+    return out
+
+
+def _symmetric(pads: Sequence[int]) -> list[int] | None:
+    n = len(pads) // 2
+    return list(pads[:n]) if list(pads[:n]) == list(pads[n:]) else None
+
+
+_CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
+_CONV_T = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}
+_MAXPOOL = {1: F.max_pool1d, 2: F.max_pool2d, 3: F.max_pool3d}
+_AVGPOOL = {1: F.avg_pool1d, 2: F.avg_pool2d, 3: F.avg_pool3d}
+
+
+class _Translator:
+    """Builds the torch function of one node; static inputs come from ``constants``."""
+
+    def __init__(self, executor: TorchExecutor, training: bool) -> None:
+        self.ex, self.training, self.opset = executor, training, executor._graph.opset
+
+    def static(self, node: onnx.NodeProto, index: int) -> np.ndarray | None:
+        if index >= len(node.input) or not node.input[index]:
+            return None
+        name = node.input[index]
+        if name in self.ex._constants:
+            return self.ex._constants[name]
+        param = self.ex._graph.parameters.get(name)
+        if param is not None and name not in self.ex._trainable_set:
+            return param
+        raise UsageError(
+            f"node {node.name!r} ({node.op_type}): input {index} ({name!r}) must be a "
+            f"constant for the torch executor"
+        )
+
+    def translate(self, node: onnx.NodeProto) -> tuple[Fn, list[str]]:
+        """The function and the names of the tensor inputs it takes."""
+        a = _attributes(node)
+        method: Callable[[onnx.NodeProto, dict[str, Any]], tuple[Fn, list[str]]] = getattr(
+            self, "op_" + node.op_type
+        )
+        return method(node, a)
+
+    # each op_* returns (fn, tensor input names)
+
+    def _unary(self, node: onnx.NodeProto, fn: One) -> tuple[Fn, list[str]]:
+        return (lambda x: (fn(x),)), [node.input[0]]
+
+    def _binary(self, node: onnx.NodeProto, fn: One) -> tuple[Fn, list[str]]:
+        return (lambda x, y: (fn(x, y),)), list(node.input[:2])
+
+    def op_Relu(self, node: onnx.NodeProto, a: dict[str, Any]) -> tuple[Fn, list[str]]:
+        return self._unary(node, F.relu)
+
+    def op_Sigmoid(self, node: onnx.NodeProto, a: dict[str, Any]) -> tuple[Fn, list[str]]:
+        return self._unary(node, torch.sigmoid)
+
+    def op_Tanh(self, node: onnx.NodeProto, a: dict[str, Any]) -> tuple[Fn, list[str]]:
+        return self._unary(node, torch.tanh)
+
+    def op_Identity(self, node: onnx.NodeProto, a: dict[str, Any]) -> tuple[Fn, list[str]]:
+        return self._unary(node, lambda x: x)
+
+    def op_LeakyRelu(self, node: onnx.NodeProto, a: dict[str, Any]) -> tuple[Fn, list[str]]:
+        alpha = float(a.get("alpha", 0.01))
+        return self._unary(node, lambda x: F.leaky_relu(x, alpha))
+
+    def op_Add(self, node: onnx.NodeProto, a: dict[str, Any]) -> tuple[Fn, list[str]]:
+        return self._binary(node, torch.add)
+
+    def op_Sub(self, node: onnx.NodeProto, a: dict[str, Any]) -> tuple[Fn, list[str]]:
+        return self._binary(node, torch.sub)
+
+    def op_Mul(self, node: onnx.NodeProto, a: dict[str, Any]) -> tuple[Fn, list[str]]:
+        return self._binary(node, torch.mul)
+
+    def op_Div(self, node: onnx.NodeProto, a: dict[str, Any]) -> tuple[Fn, list[str]]:
+        return self._binary(node, torch.div)
+
+    def op_MatMul(self, node: onnx.NodeProto, a: dict[str, Any]) -> tuple[Fn, list[str]]:
+        return self._binary(node, torch.matmul)
+
+    def op_Sum(self, node: onnx.NodeProto, a: dict[str, Any]) -> tuple[Fn, list[str]]:
+        return (lambda *xs: (reduce(torch.add, xs),)), list(node.input)
+
+    def op_Gemm(self, node: onnx.NodeProto, a: dict[str, Any]) -> tuple[Fn, list[str]]:
+        alpha, beta = float(a.get("alpha", 1.0)), float(a.get("beta", 1.0))
+        ta, tb = int(a.get("transA", 0)), int(a.get("transB", 0))
+
+        def gemm(x: Tensor, w: Tensor, c: Tensor | None = None) -> tuple[Tensor]:
+            y = (x.t() if ta else x) @ (w.t() if tb else w)
+            if alpha != 1.0:
+                y = alpha * y
+            if c is not None:
+                y = y + (c if beta == 1.0 else beta * c)
+            return (y,)
+
+        return gemm, [i for i in node.input if i]
+
+    def op_Conv(self, node: onnx.NodeProto, a: dict[str, Any]) -> tuple[Fn, list[str]]:
+        group = int(a.get("group", 1))
+
+        def conv(x: Tensor, w: Tensor, b: Tensor | None = None) -> tuple[Tensor]:
+            n = w.dim() - 2
+            kernel = list(a.get("kernel_shape") or w.shape[2:])
+            pads = _spatial_pads(a, kernel, x.shape)
+            sym = _symmetric(pads)
+            if sym is None:
+                x, sym = F.pad(x, _torch_pad(pads)), [0] * n
+            return (
+                _CONV[n](x, w, b, list(a.get("strides") or [1] * n), sym,
+                         list(a.get("dilations") or [1] * n), group),
+            )  # fmt: skip
+
+        return conv, [i for i in node.input if i]
+
+    def op_ConvTranspose(self, node: onnx.NodeProto, a: dict[str, Any]) -> tuple[Fn, list[str]]:
+        if a.get("output_shape") is not None or a.get("auto_pad", "NOTSET") != "NOTSET":
+            raise UsageError(
+                f"node {node.name!r} (ConvTranspose): output_shape and auto_pad are not "
+                "supported by the torch executor; give pads"
+            )
+        group = int(a.get("group", 1))
+
+        def convt(x: Tensor, w: Tensor, b: Tensor | None = None) -> tuple[Tensor]:
+            n = w.dim() - 2
+            pads = list(a.get("pads") or [0] * 2 * n)
+            begins, ends = pads[:n], pads[n:]
+            extra = [e - s for s, e in zip(begins, ends, strict=True)]
+            y = _CONV_T[n](x, w, b, list(a.get("strides") or [1] * n), 0,
+                           list(a.get("output_padding") or [0] * n), group,
+                           list(a.get("dilations") or [1] * n))  # fmt: skip
+            # crop ONNX pads (begin/end) from the full output
+            index = [slice(None), slice(None)] + [
+                slice(s, y.shape[2 + i] - s - extra[i]) for i, s in enumerate(begins)
+            ]
+            return (y[tuple(index)],)
+
+        return convt, [i for i in node.input if i]
+
+    def _softmax(self, node: onnx.NodeProto, a: dict[str, Any], fn: One) -> tuple[Fn, list[str]]:
+        if self.opset >= 13:
+            axis = int(a.get("axis", -1))
+            return self._unary(node, lambda x: fn(x, axis))
+        axis = int(a.get("axis", 1))
+
+        def coerced(x: Tensor) -> Tensor:
+            ax = axis % x.dim()
+            return fn(x.reshape(math.prod(x.shape[:ax]), -1), 1).reshape(x.shape)
+
+        return self._unary(node, coerced)
+
+    def op_Softmax(self, node: onnx.NodeProto, a: dict[str, Any]) -> tuple[Fn, list[str]]:
+        return self._softmax(node, a, torch.softmax)
+
+    def op_LogSoftmax(self, node: onnx.NodeProto, a: dict[str, Any]) -> tuple[Fn, list[str]]:
+        return self._softmax(node, a, torch.log_softmax)
+
+    def op_MaxPool(self, node: onnx.NodeProto, a: dict[str, Any]) -> tuple[Fn, list[str]]:
+        if len([o for o in node.output if o]) > 1:
+            raise UsageError(
+                f"node {node.name!r} (MaxPool): the Indices output is not supported by the "
+                "torch executor"
+            )
+        kernel = list(a["kernel_shape"])
+        n = len(kernel)
+        ceil = bool(int(a.get("ceil_mode", 0)))
+
+        def maxpool(x: Tensor) -> tuple[Tensor]:
+            pads = _spatial_pads(a, kernel, x.shape)
+            sym = _symmetric(pads)
+            if sym is None or any(2 * p > k for p, k in zip(sym, kernel, strict=True)):
+                x, sym = F.pad(x, _torch_pad(pads), value=-math.inf), [0] * n
+            return (
+                _MAXPOOL[n](x, kernel, list(a.get("strides") or [1] * n), sym,
+                            list(a.get("dilations") or [1] * n), ceil),
+            )  # fmt: skip
+
+        return maxpool, [node.input[0]]
+
+    def op_AveragePool(self, node: onnx.NodeProto, a: dict[str, Any]) -> tuple[Fn, list[str]]:
+        kernel = list(a["kernel_shape"])
+        n = len(kernel)
+        ceil = bool(int(a.get("ceil_mode", 0)))
+        include = bool(int(a.get("count_include_pad", 0)))
+        if any(d != 1 for d in a.get("dilations") or [1] * n):
+            raise UsageError(
+                f"node {node.name!r} (AveragePool): dilations are not supported by the "
+                "torch executor"
+            )
+        strides = list(a.get("strides") or [1] * n)
+
+        def avgpool(x: Tensor) -> tuple[Tensor]:
+            pads = _spatial_pads(a, kernel, x.shape)
+            sym = _symmetric(pads)
+            if sym is not None and all(2 * p <= k for p, k in zip(sym, kernel, strict=True)):
+                return (_AVGPOOL[n](x, kernel, strides, sym, ceil, include),)
+            padded = F.pad(x, _torch_pad(pads))
+            total = _AVGPOOL[n](padded, kernel, strides, 0, ceil, True)
+            if include:
+                return (total,)
+            ones = F.pad(torch.ones_like(x[:1, :1]), _torch_pad(pads))
+            count = _AVGPOOL[n](ones, kernel, strides, 0, ceil, True)
+            return (total / count,)
+
+        return avgpool, [node.input[0]]
+
+    def op_GlobalAveragePool(self, node: onnx.NodeProto, a: dict[str, Any]) -> tuple[Fn, list[str]]:
+        return self._unary(node, lambda x: x.mean(dim=tuple(range(2, x.dim())), keepdim=True))
+
+    def op_BatchNormalization(
+        self, node: onnx.NodeProto, a: dict[str, Any]
+    ) -> tuple[Fn, list[str]]:
+        eps, m = float(a.get("epsilon", 1e-5)), float(a.get("momentum", 0.9))
+        names = list(node.input[:5])
+        if not self.training:
+            return (
+                lambda x, s, b, mu, var: (F.batch_norm(x, mu, var, s, b, False, 0.0, eps),)
+            ), names
+        stats = self.ex.running_stats
+
+        def bn_train(x: Tensor, s: Tensor, b: Tensor, mu: Tensor, var: Tensor) -> tuple[Tensor]:
+            axes = [0, *range(2, x.dim())]
+            shape = [1, -1] + [1] * (x.dim() - 2)
+            bmean = x.mean(dim=axes)
+            bvar = x.var(dim=axes, unbiased=False)
+            y = (x - bmean.reshape(shape)) * (s * torch.rsqrt(bvar + eps)).reshape(shape)
+            with torch.no_grad():
+                stats[names[3]] = m * mu + (1 - m) * bmean
+                stats[names[4]] = m * var + (1 - m) * bvar
+            return (y + b.reshape(shape),)
+
+        return bn_train, names
+
+    def op_Dropout(self, node: onnx.NodeProto, a: dict[str, Any]) -> tuple[Fn, list[str]]:
+        if not self.training:
+            return self._unary(node, lambda x: x)
+        ratio_in = self.static(node, 1)
+        ratio = (
+            float(ratio_in.reshape(-1)[0]) if ratio_in is not None else float(a.get("ratio", 0.5))
+        )
+        if ratio == 0.0:
+            return self._unary(node, lambda x: x)
+        seed = int(a.get("seed", 0))
+        masks: dict[tuple[Any, ...], Tensor] = {}
+
+        def dropout(x: Tensor) -> tuple[Tensor]:
+            key = (tuple(x.shape), x.dtype, x.device)
+            mask = masks.get(key)
+            if mask is None:  # drawn once per shape, as the reference draws it
+                keep = np.random.default_rng(seed).random(tuple(x.shape)) >= ratio
+                mask = torch.as_tensor(keep / (1.0 - ratio), dtype=x.dtype, device=x.device)
+                masks[key] = mask
+            return (x * mask,)
+
+        return dropout, [node.input[0]]
+
+    def op_Reshape(self, node: onnx.NodeProto, a: dict[str, Any]) -> tuple[Fn, list[str]]:
+        target = [int(d) for d in np.asarray(self.static(node, 1)).reshape(-1)]
+        allowzero = bool(int(a.get("allowzero", 0)))
+
+        def reshape(x: Tensor) -> tuple[Tensor]:
+            shape = [x.shape[i] if d == 0 and not allowzero else d for i, d in enumerate(target)]
+            return (x.reshape(shape),)
+
+        return reshape, [node.input[0]]
+
+    def op_Flatten(self, node: onnx.NodeProto, a: dict[str, Any]) -> tuple[Fn, list[str]]:
+        axis = int(a.get("axis", 1))
+
+        def flatten(x: Tensor) -> Tensor:
+            ax = axis % x.dim() if axis < 0 else axis
+            return x.reshape(math.prod(x.shape[:ax]), -1)
+
+        return self._unary(node, flatten)
+
+    def op_Transpose(self, node: onnx.NodeProto, a: dict[str, Any]) -> tuple[Fn, list[str]]:
+        perm = a.get("perm")
+        return self._unary(
+            node, lambda x: x.permute(*(perm if perm is not None else reversed(range(x.dim()))))
+        )
+
+    def op_Concat(self, node: onnx.NodeProto, a: dict[str, Any]) -> tuple[Fn, list[str]]:
+        axis = int(a["axis"])
+        return (lambda *xs: (torch.cat(xs, dim=axis),)), list(node.input)
+
+    def _axes(self, node: onnx.NodeProto, a: dict[str, Any]) -> list[int] | None:
+        if "axes" in a:
+            return [int(v) for v in a["axes"]]
+        value = self.static(node, 1)
+        return None if value is None else [int(v) for v in np.asarray(value).reshape(-1)]
+
+    def op_Squeeze(self, node: onnx.NodeProto, a: dict[str, Any]) -> tuple[Fn, list[str]]:
+        axes = self._axes(node, a)
+
+        def squeeze(x: Tensor) -> Tensor:
+            dims = axes if axes is not None else [i for i, d in enumerate(x.shape) if d == 1]
+            return x.squeeze(tuple(d % x.dim() for d in dims)) if dims else x
+
+        return self._unary(node, squeeze)
+
+    def op_Unsqueeze(self, node: onnx.NodeProto, a: dict[str, Any]) -> tuple[Fn, list[str]]:
+        axes = self._axes(node, a) or []
+
+        def unsqueeze(x: Tensor) -> Tensor:
+            rank = x.dim() + len(axes)
+            shape = list(x.shape)
+            for d in sorted(ax % rank for ax in axes):
+                shape.insert(d, 1)
+            return x.reshape(shape)
+
+        return self._unary(node, unsqueeze)
+
+    def op_LRN(self, node: onnx.NodeProto, a: dict[str, Any]) -> tuple[Fn, list[str]]:
+        size = int(a["size"])
+        alpha, beta, bias = (
+            float(a.get("alpha", 1e-4)),
+            float(a.get("beta", 0.75)),
+            float(a.get("bias", 1.0)),
+        )
+        lo = (size - 1) // 2
+        hi = size - 1 - lo
+
+        def lrn(x: Tensor) -> Tensor:
+            sq = x * x
+            pad = [0, 0] * (x.dim() - 2) + [lo, hi]
+            padded = F.pad(sq, pad)
+            channels = x.shape[1]
+            total = reduce(torch.add, (padded[:, i : i + channels] for i in range(size)))
+            return x * (bias + (alpha / size) * total).pow(-beta)
+
+        return self._unary(node, lrn)
+
+    def op_SoftmaxCrossEntropyLoss(
+        self, node: onnx.NodeProto, a: dict[str, Any]
+    ) -> tuple[Fn, list[str]]:
+        reduction = a.get("reduction", "mean")
+        ignore = a.get("ignore_index")
+        ignore_index = -100 if ignore is None else int(ignore)
+        want_log_prob = len(node.output) > 1 and bool(node.output[1])
+
+        def sce(x: Tensor, labels: Tensor, w: Tensor | None = None) -> tuple[Tensor, ...]:
+            logp = torch.log_softmax(x, dim=1)
+            loss = F.nll_loss(logp, labels.long(), w, ignore_index=ignore_index,
+                              reduction=reduction)  # fmt: skip
+            return (loss, logp) if want_log_prob else (loss,)
+
+        return sce, [i for i in node.input if i]
+
+    def op_MeanSquaredError(self, node: onnx.NodeProto, a: dict[str, Any]) -> tuple[Fn, list[str]]:
+        reduction = a.get("reduction", "mean")
+        return self._binary(node, lambda p, t: F.mse_loss(p, t, reduction=reduction))
+
+
+@dataclass
+class _Step:
+    name: str
+    op_type: str
+    fn: Fn
+    inputs: list[str]
+    outputs: list[str]
+
+
+class TorchExecutor(GraphExecutor):
+    """Runs an ONNX network with PyTorch, translated once into native torch calls.
+
+    :param network: a ``d5core.networks.Network`` or an ``onnx.ModelProto``.
+    :param device: ``"cpu"`` (the default) or a CUDA device.
+    """
+
+    name: ClassVar[str] = "torch"
+    trains: ClassVar[bool] = True
+    #: Every operator type the executor translates.
+    supported_ops: ClassVar[frozenset[str]] = (
+        frozenset(n[3:] for n in vars(_Translator) if n.startswith("op_")) | _CONSTANTS
+    )
+
+    def __init__(self, network: Any, *, device: str = "cpu") -> None:
+        super().__init__(network, device=device)
+        self.torch_device = resolve_device(device)
+        self._graph = _graph(getattr(self, "network", network))
+        self.check_supported()
+        self._trainable_set = set(self._graph.trainable)
+        #: Running statistics of the last training pass, by BatchNormalization input name.
+        self.running_stats: dict[str, Tensor] = {}
+        self._constants: dict[str, np.ndarray] = {}
+        self._fold_constants()
+        self._params: dict[str, Tensor] = {}
+        self.set_parameters(self._graph.parameters, _initial=True)
+        self._const_tensors = {
+            k: torch.tensor(np.ascontiguousarray(v), device=self.torch_device)
+            for k, v in self._constants.items()
+        }
+        self._steps = {t: self._translate(t) for t in (False, True)}
+
+    # -- construction ----------------------------------------------------------
+
+    def check_supported(self) -> None:
+        """Raise a one-line :class:`UsageError` naming the first unsupported node."""
+        for node in self._graph.nodes:
+            if node.op_type not in self.supported_ops:
+                raise UsageError(
+                    f"the {self.name} executor does not support operator {node.op_type!r} "
+                    f"(node {node.name!r})"
+                )
+
+    def _fold_constants(self) -> None:
+        """Evaluate Constant/ConstantOfShape nodes (whose inputs are constant) once."""
+        params = self._graph.parameters
+        for node in self._graph.nodes:
+            if node.op_type not in _CONSTANTS:
+                continue
+            values = []
+            for name in (i for i in node.input if i):
+                value = self._constants.get(name, params.get(name))
+                if value is None:
+                    raise UsageError(
+                        f"node {node.name!r} ({node.op_type}): input {name!r} must be a "
+                        "constant for the torch executor"
+                    )
+                values.append(value)
+            self._constants[node.output[0]] = _constant(node, values)
+
+    def _translate(self, training: bool) -> list[_Step]:
+        translator = _Translator(self, training)
+        steps = []
+        for node in self._graph.nodes:
+            if node.op_type in _CONSTANTS:
+                continue
+            try:
+                fn, inputs = translator.translate(node)
+            except UsageError as exc:
+                if str(exc).startswith("node "):
+                    raise
+                raise UsageError(f"node {node.name!r} ({node.op_type}): {exc}") from None
+            except (KeyError, TypeError, ValueError) as exc:
+                raise UsageError(
+                    f"node {node.name!r} ({node.op_type}): bad attributes ({exc})"
+                ) from None
+            steps.append(_Step(node.name, node.op_type, fn, inputs, list(node.output)))
+        return steps
+
+    # -- running ---------------------------------------------------------------
+
+    def _to_tensors(self, feeds: Mapping[str, Any]) -> dict[str, Tensor]:
+        missing = [n for n in self._graph.inputs if n not in feeds]
+        if missing:
+            raise UsageError(
+                f"the network needs input {missing[0]!r}; feeds have: "
+                f"{', '.join(sorted(feeds)) or 'none'}"
+            )
+        return {
+            k: v
+            if isinstance(v, Tensor)
+            else torch.as_tensor(np.ascontiguousarray(v), device=self.torch_device)
+            for k, v in feeds.items()
+        }
+
+    def _run(self, feeds: Mapping[str, Tensor], training: bool) -> dict[str, Tensor]:
+        env: dict[str, Tensor] = {**self._params, **self._const_tensors, **feeds}
+        bus = get_bus()
+        if bus.wants(GRAPH_NODE + ".end"):
+            for step in self._steps[training]:
+                with bus.span(GRAPH_NODE, level=1, node=step.name, op_type=step.op_type):
+                    outs = step.fn(*(env[i] if i else None for i in step.inputs))
+                    if self.torch_device.type == "cuda":
+                        torch.cuda.synchronize(self.torch_device)
+                env.update(zip(step.outputs, outs, strict=False))
+        else:
+            for step in self._steps[training]:
+                env.update(
+                    zip(step.outputs, step.fn(*(env[i] if i else None for i in step.inputs)),
+                        strict=False)
+                )  # fmt: skip
+        return env
+
+    def _outputs(self, env: Mapping[str, Tensor]) -> dict[str, np.ndarray]:
+        return {n: env[n].detach().cpu().numpy() for n in self._graph.outputs}
+
+    def _inference_callable(self, tensors: dict[str, Tensor]) -> Callable[[], dict[str, Tensor]]:
+        def run() -> dict[str, Tensor]:
+            with torch.no_grad():
+                return self._run(tensors, False)
+
+        return run
+
+    def _train_callable(
+        self, tensors: dict[str, Tensor], loss: str
+    ) -> Callable[[], tuple[dict[str, Tensor], tuple[Tensor | None, ...]]]:
+        names = self._graph.trainable
+        leaves = [self._params[n] for n in names]
+
+        def step() -> tuple[dict[str, Tensor], tuple[Tensor | None, ...]]:
+            with torch.enable_grad():
+                env = self._run(tensors, True)
+                if loss not in env:
+                    raise UsageError(f"{loss!r} is not a tensor of the network")
+                value = env[loss]
+                if not leaves:  # nothing to train: autograd refuses an empty input list
+                    return env, ()
+                grads = torch.autograd.grad(
+                    value, leaves, grad_outputs=torch.ones_like(value), allow_unused=True
+                )
+            return env, grads
+
+        return step
+
+    def inference(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Run the graph in inference mode; every graph output by name."""
+        return self._outputs(self._inference_callable(self._to_tensors(feeds))())
+
+    def inference_and_backprop(
+        self, feeds: Mapping[str, np.ndarray], loss: str
+    ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+        """Run in training mode and backprop ``loss`` through autograd.
+
+        :return: every graph output, and the gradient for every trainable parameter
+            (zeros for one the loss does not depend on).
+        """
+        env, grads = self._train_callable(self._to_tensors(feeds), loss)()
+        result = {}
+        for name, g in zip(self._graph.trainable, grads, strict=True):
+            p = self._params[name]
+            result[name] = (torch.zeros_like(p) if g is None else g).detach().cpu().numpy()
+        return self._outputs(env), result
+
+    def prepare_inference(self, feeds: Mapping[str, np.ndarray]) -> Callable[[], object]:
+        """Convert ``feeds`` to tensors now; the callable runs only torch code."""
+        return self._inference_callable(self._to_tensors(feeds))
+
+    def prepare_train_step(
+        self, feeds: Mapping[str, np.ndarray], loss: str
+    ) -> Callable[[], object]:
+        """Convert ``feeds`` now; the callable runs forward and autograd only."""
+        return self._train_callable(self._to_tensors(feeds), loss)
+
+    # -- parameters ------------------------------------------------------------
+
+    def get_parameters(self) -> dict[str, np.ndarray]:
+        """Every parameter (initializer) by name, as numpy copies."""
+        return {k: v.detach().cpu().numpy().copy() for k, v in self._params.items()}
+
+    def set_parameters(self, params: Mapping[str, Any], *, _initial: bool = False) -> None:
+        """Replace parameters by name; each must exist and keep its shape."""
+        for name, value in params.items():
+            array = np.asarray(value)
+            old = self._params.get(name)
+            if old is None and not _initial:
+                raise UsageError(f"the network has no parameter {name!r}")
+            if old is not None and tuple(old.shape) != array.shape:
+                raise UsageError(
+                    f"parameter {name!r} has shape {tuple(old.shape)}, not {array.shape}"
+                )
+            if old is not None:  # in place: prepared callables keep their leaves
+                with torch.no_grad():
+                    old.copy_(torch.as_tensor(array, dtype=old.dtype))
+                continue
+            t = torch.tensor(np.ascontiguousarray(array), device=self.torch_device)
+            if name in self._trainable_set and t.is_floating_point():
+                t.requires_grad_(True)
+            self._params[name] = t
+
+    def apply_running_stats(self) -> None:
+        """Write the running statistics of the last training pass into the parameters."""
+        self.set_parameters({k: v.detach().cpu().numpy() for k, v in self.running_stats.items()
+                             if k in self._params})  # fmt: skip
