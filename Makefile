@@ -24,14 +24,16 @@ $(STAMP): pyproject.toml $(foreach p,$(SHARED_PLUGINS),plugins/$(p)/pyproject.to
 # The demo keeps its results in the project, not in the per-user database.
 DEMO_DB ?= $(CURDIR)/results/demo.sqlite
 
-demo: dev ## list and check the plugins, validate an operator, benchmark GEMM and Conv
+demo: dev ## the main job: the digits recipe on the reference and torch executors, side by side
 	$(BIN)/d5 list-plugins --check
 	$(BIN)/d5 validate op Conv --backend torch --db $(DEMO_DB)
-	$(BIN)/d5 bench op Gemm --backends numpy,torch --suite cpu-small --direction both \
-	    --time-budget 1 --db $(DEMO_DB)
-	$(BIN)/d5 bench op Conv --backends numpy,torch --suite cpu-small --time-budget 1 \
+	$(BIN)/d5 bench op Gemm --backends numpy,torch --suite cpu-small --time-budget 1 \
 	    --db $(DEMO_DB)
-	$(BIN)/d5 results list --limit 5 --db $(DEMO_DB)
+	$(BIN)/d5 bench net lenet5 --executors numpy,torch,onnxruntime --batch 32 \
+	    --time-budget 2 --db $(DEMO_DB)
+	$(BIN)/d5 run recipes/digits-mlp.toml --set executor=numpy --repeat 6 --db $(DEMO_DB)
+	$(BIN)/d5 run recipes/digits-mlp.toml --set executor=torch --repeat 6 --db $(DEMO_DB)
+	$(BIN)/d5 results table --last 12 --kind train --by executor --db $(DEMO_DB)
 
 test: dev ## every test: one nox session per plugin, core, integration, lint, types
 	@rm -rf .reports; mkdir -p .reports

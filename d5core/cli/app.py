@@ -29,6 +29,7 @@ CORE_COMMANDS: dict[str, str] = {
     "bench": "d5core.cli.bench_cmd:bench",
     "results": "d5core.cli.results_cmd:results",
     "conformance": "d5core.cli.conformance_cmd:conformance",
+    "run": "d5core.cli.run_cmd:run",
 }
 
 

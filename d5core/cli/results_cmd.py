@@ -657,3 +657,120 @@ def _print_comparison(
                 "-" if m["ratio"] is None else f"{m['ratio']:.3f}",
             )
         out.print(table)
+
+
+def _setting(run: RunRecord, key: str) -> str:
+    """A run's value for ``key``: from its recipe settings, else from its config."""
+    config = run.config or {}
+    settings = config.get("settings") or {}
+    value = settings.get(key, config.get(key))
+    return "-" if value is None else str(value)
+
+
+def _fmt_interval(median: float, low: float, high: float) -> str:
+    return f"{median:.4g} [{low:.4g}, {high:.4g}]"
+
+
+@results.command("table")
+@click.argument("runs", nargs=-1)
+@click.option("--last", type=click.IntRange(min=1), default=None, help="The N newest runs.")
+@click.option("--kind", default="train", show_default=True, help="With --last: runs of this kind.")
+@click.option(
+    "--by",
+    "group_by",
+    default="executor",
+    show_default=True,
+    help="Setting that tells the columns apart (executor, optimizer, batch_size, ...).",
+)
+@json_option
+@db_option
+def table_runs(
+    runs: tuple[str, ...],
+    last: int | None,
+    kind: str,
+    group_by: str,
+    as_json: bool,
+    db: Path | None,
+) -> None:
+    """Training runs side by side, grouped by one setting: time to accuracy, final test
+    accuracy and throughput, each with its interval across the group's runs.
+
+    Time to accuracy: median with the 95% CI of the median over the runs (min-max below
+    6 runs) and the olympic mean (best and worst dropped); final accuracy: median and
+    range; throughput: median of every step's samples/s pooled over the runs, with its CI.
+    """
+    from d5core.measure.stats import summarize
+
+    if bool(runs) == (last is not None):
+        raise UsageError("give run ids, or --last N, not both and not neither")
+    with _open(db) as store:
+        records = (
+            [store.get_run(r) for r in runs] if runs else store.list_runs(limit=last, kind=kind)
+        )
+        groups: dict[str, list[RunRecord]] = {}
+        for record in records:
+            groups.setdefault(_setting(record, group_by), []).append(record)
+        out: list[dict[str, Any]] = []
+        for key, members in sorted(groups.items()):
+            ttas, accs, rates = [], [], []
+            for record in members:
+                values = {m.name: m.value for m in store.metrics(record.id)}
+                if "time_to_accuracy" in values:
+                    ttas.append(values["time_to_accuracy"])
+                if "final_test_accuracy" in values:
+                    accs.append(values["final_test_accuracy"])
+                for m in store.measurements(record.id):
+                    if m.metric == "throughput":
+                        rates += [v for v in store.samples(m.id) if math.isfinite(v)]
+            row: dict[str, Any] = {
+                group_by: key,
+                "runs": len(members),
+                "reached_target": len(ttas),
+                "run_ids": [r.id for r in members],
+            }
+            if ttas:
+                s = summarize(ttas)
+                ordered = sorted(ttas) + [math.inf] * (len(members) - len(ttas))
+                kept = ordered[1:-1] if len(ordered) >= 3 else ordered
+                olympic = sum(kept) / len(kept) if all(math.isfinite(t) for t in kept) else None
+                row["time_to_accuracy"] = {
+                    "median": s.median, "ci_low": s.ci_low, "ci_high": s.ci_high,
+                    "olympic_mean": olympic,
+                }  # fmt: skip
+            if accs:
+                ordered_accs = sorted(accs)
+                row["final_test_accuracy"] = {
+                    "median": ordered_accs[len(accs) // 2], "min": ordered_accs[0],
+                    "max": ordered_accs[-1],
+                }  # fmt: skip
+            if rates:
+                s = summarize(rates)
+                row["throughput"] = {"median": s.median, "ci_low": s.ci_low, "ci_high": s.ci_high}
+            out.append(row)
+    if as_json:
+        print_json(out)
+        return
+    table = Table(title=f"training runs by {group_by}", title_justify="left")
+    columns = (
+        group_by,
+        "runs",
+        "time to accuracy (s), median [95% CI]",
+        "olympic mean (s)",
+        "final test accuracy, median [range]",
+        "samples/s, median [95% CI]",
+    )
+    for column in columns:
+        table.add_column(column, justify="right")
+    for row in out:
+        tta, acc, thr = (
+            row.get(k) for k in ("time_to_accuracy", "final_test_accuracy", "throughput")
+        )
+        table.add_row(
+            str(row[group_by]),
+            f"{row['runs']} ({row['reached_target']} reached)",
+            _fmt_interval(tta["median"], tta["ci_low"], tta["ci_high"]) if tta else "-",
+            f"{tta['olympic_mean']:.4g}" if tta and tta["olympic_mean"] is not None else "-",
+            _fmt_interval(acc["median"], acc["min"], acc["max"]) if acc else "-",
+            f"{thr['median']:,.0f} [{thr['ci_low']:,.0f}, {thr['ci_high']:,.0f}]" if thr else "-",
+        )
+    console().print(table)

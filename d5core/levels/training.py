@@ -12,7 +12,18 @@ __all__ = ["Dataset", "Optimizer", "Sampler"]
 
 
 class Dataset(ABC):
-    """Labelled examples addressed by index; registered in ``d5.datasets``."""
+    """Labelled examples addressed by index; registered in ``d5.datasets``.
+
+    ``batch`` returns ``x`` as float32 of shape ``(len(indices), *input_shape)`` and
+    ``y`` as int64 class indices, or float32 targets when ``num_classes`` is ``None``.
+    """
+
+    #: The name the dataset was loaded by (with its split, e.g. ``"digits/train"``).
+    name: str = ""
+    #: The shape of one example's input.
+    input_shape: tuple[int, ...] = ()
+    #: The number of classes, or ``None`` for regression.
+    num_classes: int | None = None
 
     @abstractmethod
     def __len__(self) -> int:
@@ -24,27 +35,166 @@ class Dataset(ABC):
 
 
 class Sampler(ABC):
-    """Decides which examples form each minibatch of an epoch."""
+    """Decides which examples form each minibatch of an epoch.
 
-    def __init__(self, size: int, batch_size: int, *, seed: int = 0) -> None:
+    :param drop_last: leave out an epoch's last batch when it is smaller than
+        ``batch_size``.
+    """
+
+    def __init__(
+        self, size: int, batch_size: int, *, seed: int = 0, drop_last: bool = False
+    ) -> None:
         self.size, self.batch_size, self.seed = size, batch_size, seed
+        self.drop_last = drop_last
         self.epoch = 0
 
     def set_epoch(self, epoch: int) -> None:
         """Start epoch ``epoch``: samplers that shuffle derive their order from it."""
         self.epoch = epoch
 
+    def num_examples(self) -> int:
+        """How many indices an epoch yields before batching (``size`` by default)."""
+        return self.size
+
+    def __len__(self) -> int:
+        """Number of batches per epoch."""
+        n = self.num_examples()
+        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+
+    def _batches(self, order: np.ndarray) -> Iterator[np.ndarray]:
+        """Cut ``order`` into batches of ``batch_size``, honouring ``drop_last``."""
+        for start in range(0, len(order), self.batch_size):
+            chunk = order[start : start + self.batch_size]
+            if self.drop_last and len(chunk) < self.batch_size:
+                return
+            yield chunk
+
     @abstractmethod
     def __iter__(self) -> Iterator[np.ndarray]:
         """Index arrays, one per minibatch, for the current epoch."""
 
 
-class Optimizer(ABC):
-    """Updates parameters from their gradients; registered in ``d5.optimizers``."""
+class Optimizer(ABC):  # noqa: B024 (subclasses override step or update)
+    """Updates parameters from their gradients; registered in ``d5.optimizers``.
+
+    An optimizer is built as ``cls(lr=..., **hyper)``; ``hyper`` may hold only the names
+    in :attr:`defaults`. The trainer sets :attr:`lr` before every step (from a schedule).
+    :meth:`step` updates numpy parameters in place; per-parameter state (moments,
+    accumulators) is created lazily on a parameter's first step, with its dtype.
+
+    Framework-native optimizers set :attr:`native` to the framework name (``"torch"``):
+    :meth:`bind` hands them the executor's live parameter tensors once, and
+    :meth:`native_step` updates those from native gradients, with no numpy round trip.
+    They still implement :meth:`step` on numpy arrays (by converting), so any optimizer
+    works with any executor.
+    """
 
     #: The name users select the optimizer by.
     name: ClassVar[str] = ""
+    #: The framework whose tensors :meth:`bind` / :meth:`native_step` take, or ``None``.
+    native: ClassVar[str | None] = None
+    #: Hyper-parameters besides ``lr``, with their defaults.
+    defaults: ClassVar[Mapping[str, float]] = {}
 
-    @abstractmethod
+    def __init__(self, lr: float = 0.01, **hyper: float) -> None:
+        from d5core.errors import UsageError
+
+        unknown = sorted(set(hyper) - set(self.defaults))
+        if unknown:
+            known = ", ".join(["lr", *self.defaults]) or "lr"
+            raise UsageError(
+                f"optimizer {self.name!r} has no option {unknown[0]!r}; its options: {known}"
+            )
+        for key, value in {"lr": lr, **hyper}.items():
+            if not isinstance(value, int | float) or isinstance(value, str):
+                raise UsageError(
+                    f"optimizer {self.name!r}: option {key!r} must be a number, not {value!r}"
+                )
+        #: The learning rate of the next step.
+        self.lr: float = float(lr)
+        #: Every hyper-parameter besides ``lr``, defaults filled in.
+        self.hyper: dict[str, float] = {**self.defaults, **hyper}
+        #: Per-parameter state arrays, by parameter name then state name.
+        self.state: dict[str, dict[str, np.ndarray]] = {}
+        #: Steps taken per parameter name (bias corrections count from 1).
+        self.steps: dict[str, int] = {}
+
     def step(self, params: Mapping[str, np.ndarray], grads: Mapping[str, np.ndarray]) -> None:
-        """Update ``params`` in place from ``grads``."""
+        """Update ``params`` in place from ``grads``; a parameter without a gradient is
+        left alone. The default calls :meth:`update` once per gradient."""
+        from d5core.errors import UsageError
+
+        for key, grad in grads.items():
+            if key not in params:
+                raise UsageError(f"optimizer {self.name!r}: gradient {key!r} has no parameter")
+            param = params[key]
+            g = np.asarray(grad, dtype=param.dtype)
+            if g.shape != param.shape:
+                raise UsageError(
+                    f"optimizer {self.name!r}: gradient {key!r} has shape {g.shape}, "
+                    f"parameter has {param.shape}"
+                )
+            self.steps[key] = self.steps.get(key, 0) + 1
+            self.update(param, g, self.state.setdefault(key, {}), self.steps[key])
+
+    def update(
+        self, param: np.ndarray, grad: np.ndarray, state: dict[str, np.ndarray], t: int
+    ) -> None:
+        """Update one parameter in place: ``state`` is its own (empty on its first step),
+        ``t`` its step count starting at 1. Subclasses override this or :meth:`step`."""
+        raise NotImplementedError(f"{type(self).__name__} implements neither step nor update")
+
+    def zeros(self, state: dict[str, np.ndarray], key: str, like: np.ndarray) -> np.ndarray:
+        """The state array ``key``, created as zeros shaped and typed like ``like``."""
+        if key not in state:
+            state[key] = np.zeros_like(like)
+        return state[key]
+
+    def state_dict(self) -> dict[str, object]:
+        """A copy of everything needed to resume: ``lr``, ``hyper`` and per-parameter state."""
+        return {
+            "name": self.name,
+            "lr": self.lr,
+            "hyper": dict(self.hyper),
+            "steps": dict(self.steps),
+            "state": {k: {s: a.copy() for s, a in v.items()} for k, v in self.state.items()},
+        }
+
+    def load_state_dict(self, state: Mapping[str, object]) -> None:
+        """Resume from a :meth:`state_dict` (arrays are copied)."""
+        from d5core.errors import UsageError
+
+        if state.get("name", self.name) != self.name:
+            raise UsageError(
+                f"optimizer {self.name!r} cannot load the state of {state.get('name')!r}"
+            )
+        lr, hyper, steps, arrays = (state.get(k) for k in ("lr", "hyper", "steps", "state"))
+        if isinstance(lr, int | float):
+            self.lr = float(lr)
+        if isinstance(hyper, Mapping):
+            self.hyper = {**self.defaults, **hyper}
+        self.steps = (
+            {str(k): int(v) for k, v in steps.items()} if isinstance(steps, Mapping) else {}
+        )
+        self.state = (
+            {str(k): {str(s): np.array(a) for s, a in v.items()} for k, v in arrays.items()}
+            if isinstance(arrays, Mapping)
+            else {}
+        )
+
+    def reset(self) -> None:
+        """Forget all per-parameter state, as if no step had been taken."""
+        self.state.clear()
+        self.steps.clear()
+
+    def bind(self, executor: object) -> None:
+        """Native optimizers: take ``executor``'s live parameter tensors to update."""
+        from d5core.errors import UsageError
+
+        raise UsageError(f"optimizer {self.name!r} is not framework-native; call step()")
+
+    def native_step(self, native_grads: object) -> None:
+        """Native optimizers: update the bound tensors from the executor's native gradients."""
+        from d5core.errors import UsageError
+
+        raise UsageError(f"optimizer {self.name!r} is not framework-native; call step()")

@@ -51,6 +51,8 @@ def one_line(exc: BaseException) -> str:
 def payload_of(event: Any) -> Mapping[str, Any]:
     """The payload mapping of ``event`` (empty when it has none)."""
     payload = getattr(event, "payload", None)
+    if type(payload) is dict:  # the bus's own payloads: skip the slower ABC check
+        return payload
     return payload if isinstance(payload, Mapping) else {}
 
 
@@ -99,6 +101,9 @@ def accuracy_of(payload: Mapping[str, Any], key: str = "accuracy") -> tuple[floa
 
 
 def _is_number(value: Any) -> TypeGuard[int | float]:
+    kind = type(value)
+    if kind is int or kind is float:  # the common case, decided without isinstance
+        return True
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 

@@ -675,6 +675,50 @@ class TorchExecutor(GraphExecutor):
         """Convert ``feeds`` now; the callable runs forward and autograd only."""
         return self._train_callable(self._to_tensors(feeds), loss)
 
+    # -- native (torch-tensor) training ------------------------------------------
+
+    def to_native(self, feeds: Mapping[str, Any]) -> dict[str, Tensor]:
+        """``feeds`` as tensors on the executor's device, converted once.
+
+        numpy arrays become tensors sharing their memory on CPU (``torch.as_tensor``);
+        tensors pass through untouched. A trainer calls this once per step.
+
+        :raises UsageError: when a graph input is missing.
+        """
+        return self._to_tensors(feeds)
+
+    def native_parameters(self) -> dict[str, Tensor]:
+        """The live trainable tensors by name, in :attr:`_graph.trainable` order.
+
+        These are the tensors the graph reads: updating them in place (as a bound
+        torch optimizer does) changes the network; no copy is made.
+        """
+        return {
+            n: self._params[n]
+            for n in self._graph.trainable
+            if n in self._params and self._params[n].is_floating_point()
+        }
+
+    def native_train_step(
+        self, feeds: Mapping[str, Any], loss: str
+    ) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
+        """:meth:`inference_and_backprop` without leaving torch.
+
+        :param feeds: tensors (from :meth:`to_native`) or numpy arrays by input name.
+        :param loss: the name of the loss output.
+        :return: every graph output as a detached tensor, and the gradient of every
+            trainable parameter as a tensor in trainable order (zeros for one the loss
+            does not depend on). Running statistics are updated as in
+            :meth:`inference_and_backprop`; nothing is converted to numpy.
+        """
+        env, grads = self._train_callable(self._to_tensors(feeds), loss)()
+        params = self._params
+        result = {
+            name: torch.zeros_like(params[name]) if g is None else g
+            for name, g in zip(self._graph.trainable, grads, strict=True)
+        }
+        return {n: env[n].detach() for n in self._graph.outputs}, result
+
     # -- parameters ------------------------------------------------------------
 
     def get_parameters(self) -> dict[str, np.ndarray]:
@@ -703,5 +747,7 @@ class TorchExecutor(GraphExecutor):
 
     def apply_running_stats(self) -> None:
         """Write the running statistics of the last training pass into the parameters."""
+        if not self.running_stats:  # no BatchNormalization: nothing to write, every step
+            return
         self.set_parameters({k: v.detach().cpu().numpy() for k, v in self.running_stats.items()
                              if k in self._params})  # fmt: skip

@@ -1,0 +1,503 @@
+"""The level-2 training loop: steps, test passes, stopping conditions, divergence.
+
+The :class:`Trainer` owns the parameters as a dict of numpy arrays; each step runs the
+executor's forward and backward pass, lets the optimizer update the arrays in place and
+hands them back to the executor. Everything it does is published on the metric bus
+(``run.start``, ``train.step``, ``train.epoch``, ``test.pass``) and measured by the
+``d5.metrics`` metrics subscribed to it, so the trainer's own bookkeeping and a
+plugin's metric read the same events.
+
+When the optimizer is native to the executor's framework (``optimizer.native ==
+executor.name``, the executor offers ``native_train_step``) and no gradient modifiers are
+set, the trainer takes the *native path* instead: the optimizer is bound to the
+executor's live tensors and each step stays in the framework (no numpy round trip). The
+choice is reported as :attr:`TrainingResult.optimizer_path`.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from d5core.bus import TEST_PASS, TRAIN_EPOCH, TRAIN_STEP, MetricBus
+from d5core.errors import UsageError
+
+__all__ = [
+    "COMPLETE",
+    "DIVERGED",
+    "NATIVE",
+    "NUMPY",
+    "RUN_START",
+    "StopConditions",
+    "Trainer",
+    "TrainingResult",
+    "default_metrics",
+    "native_capable",
+]
+
+#: Published once, just before the first touch of data: time-to-accuracy starts here.
+RUN_START = "run.start"
+#: Published once when training ends; payload ``status``, ``reason``.
+RUN_END = "run.end"
+COMPLETE = "complete"
+DIVERGED = "diverged"
+#: :attr:`TrainingResult.optimizer_path` values.
+NATIVE = "native"
+NUMPY = "numpy"
+_LEVEL = 2
+
+
+class _Dataset(Protocol):
+    def __len__(self) -> int: ...
+
+    def batch(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]: ...
+
+
+class _Sampler(Protocol):
+    def set_epoch(self, epoch: int) -> None: ...
+
+    def __iter__(self) -> Any: ...
+
+
+class _Optimizer(Protocol):
+    lr: float
+
+    def step(self, params: dict[str, np.ndarray], grads: Mapping[str, np.ndarray]) -> Any: ...
+
+
+@dataclass(frozen=True)
+class StopConditions:
+    """When training stops; the first condition met wins.
+
+    :param max_epochs: epochs to run at most (always bounded).
+    :param max_steps: optimisation steps at most, or ``None``.
+    :param time_budget_s: wall-clock seconds at most (checked after each step), or ``None``.
+    :param target_accuracy: stop at the first test pass reaching it, or ``None``.
+    :param patience: stop after this many test passes without a better accuracy, or ``None``.
+    """
+
+    max_epochs: int = 1
+    max_steps: int | None = None
+    time_budget_s: float | None = None
+    target_accuracy: float | None = None
+    patience: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_epochs < 1:
+            raise UsageError(f"epochs must be at least 1, got {self.max_epochs}")
+        if self.max_steps is not None and self.max_steps < 1:
+            raise UsageError(f"max_steps must be at least 1, got {self.max_steps}")
+        if self.time_budget_s is not None and not self.time_budget_s > 0:
+            raise UsageError(f"time_budget must be positive, got {self.time_budget_s}")
+        if self.patience is not None and self.patience < 1:
+            raise UsageError(f"patience must be at least 1, got {self.patience}")
+
+
+@dataclass
+class TrainingResult:
+    """What a training run gave.
+
+    ``status`` is ``"complete"`` or ``"diverged"``; ``stop_reason`` says which condition
+    ended it. ``losses`` has one training loss per step (NaN/inf kept as they were),
+    ``step_times_s`` and ``throughput_samples_s`` one entry per step, ``test_curve`` one
+    dict per test pass. ``metrics`` maps each attached metric's name to its result.
+    """
+
+    status: str
+    stop_reason: str
+    epochs: int
+    steps: int
+    samples: int
+    wall_s: float
+    final_test_accuracy: float | None
+    best_test_accuracy: float | None
+    time_to_accuracy: float | None
+    losses: list[float] = field(default_factory=list)
+    step_times_s: list[float] = field(default_factory=list)
+    throughput_samples_s: list[float] = field(default_factory=list)
+    test_curve: list[dict[str, Any]] = field(default_factory=list)
+    throughput: dict[str, float] = field(default_factory=dict)
+    diverged_at: dict[str, int] | None = None
+    metrics: dict[str, Any] = field(default_factory=dict)
+    #: ``"native"`` (framework tensors, bound optimizer) or ``"numpy"`` (numpy arrays).
+    optimizer_path: str = NUMPY
+
+
+def default_metrics(target: float | None) -> list[Any]:
+    """The training metrics every run measures, loaded from the ``d5.metrics`` group."""
+    from d5core.plugins import get_plugin_manager
+
+    manager = get_plugin_manager()
+    out: list[Any] = []
+    for name in ("loss_curve", "training_accuracy", "test_accuracy", "final_test_accuracy"):
+        out.append(manager.load("d5.metrics", name)())
+    out.append(manager.load("d5.metrics", "time_to_accuracy")(target=target))
+    out.append(manager.load("d5.metrics", "throughput")(event=TRAIN_STEP))
+    return out
+
+
+def _first_output(executor: Any) -> str:
+    network = getattr(executor, "network", None)
+    outputs = getattr(network, "outputs", None)
+    if not outputs:
+        raise UsageError("the executor's network has no outputs to read logits from")
+    return str(outputs[0].name)
+
+
+def native_capable(executor: Any, optimizer: Any) -> bool:
+    """Whether ``optimizer`` can step ``executor``'s own tensors (duck typing only).
+
+    True when ``optimizer.native`` names the executor's framework (``executor.name``)
+    and the executor has ``native_train_step`` and ``to_native``, the optimizer ``bind``
+    and ``native_step``.
+    """
+    native = getattr(optimizer, "native", None)
+    return (
+        native is not None
+        and native == getattr(executor, "name", None)
+        and callable(getattr(executor, "native_train_step", None))
+        and callable(getattr(executor, "to_native", None))
+        and callable(getattr(optimizer, "bind", None))
+        and callable(getattr(optimizer, "native_step", None))
+    )
+
+
+def _first_input(executor: Any) -> str:
+    network = getattr(executor, "network", None)
+    for info in getattr(network, "inputs", ()):
+        if info.name != "labels":
+            return str(info.name)
+    raise UsageError("the executor's network has no data input")
+
+
+class Trainer:
+    """Trains ``executor`` (a network with a loss) on ``train_set`` with ``optimizer``.
+
+    :param executor: a :class:`d5core.levels.networks.GraphExecutor` on a network made
+        by :func:`d5core.runners.networks.with_loss` (inputs: data and ``labels``).
+    :param loss: the name of the loss output.
+    :param optimizer: an object with a settable ``lr`` and ``step(params, grads)`` that
+        updates numpy arrays in place.
+    :param train_set: a dataset with ``len()`` and ``batch(indices) -> (x, y)``.
+    :param sampler: iterable of index arrays per epoch, with ``set_epoch(e)``.
+    :param test_set: the dataset of the test passes, or ``None`` for none.
+    :param test_every: ``"epoch"``, or a number of steps between test passes.
+    :param schedule: ``step -> learning rate``, or ``None`` to keep the optimizer's.
+    :param modifiers: ``(params, grads) -> grads`` (clipping, weight decay), or ``None``.
+    :param transforms: ``(x, rng) -> x`` on training batches, or ``None``.
+    :param stop: the stopping conditions.
+    :param seed: seeds the transforms' random generator.
+    :param bus: the bus to publish on; a fresh one by default.
+    :param metrics: metrics to attach (default :func:`default_metrics`).
+    :param eval_batch_size: batch size of the test passes.
+    :param progress: show a progress bar; by default only when stdout is a terminal.
+    :param logits: the output holding the logits (default: the network's first output).
+    :param native: ``None`` (default) takes the native path whenever
+        :func:`native_capable` holds and no ``modifiers`` are set (they work on numpy
+        gradients); ``False`` forces the numpy path; ``True`` requires the native path
+        (a :class:`UsageError` otherwise).
+    """
+
+    def __init__(
+        self,
+        executor: Any,
+        loss: str,
+        optimizer: _Optimizer,
+        train_set: _Dataset,
+        sampler: _Sampler,
+        *,
+        test_set: _Dataset | None = None,
+        test_every: str | int = "epoch",
+        schedule: Callable[[int], float] | None = None,
+        modifiers: Callable[[Any, Any], Any] | None = None,
+        transforms: Callable[..., Any] | None = None,
+        stop: StopConditions | None = None,
+        seed: int = 0,
+        bus: MetricBus | None = None,
+        metrics: Iterable[Any] | None = None,
+        eval_batch_size: int = 256,
+        progress: bool | None = None,
+        logits: str | None = None,
+        native: bool | None = None,
+    ) -> None:
+        if test_every != "epoch" and not (isinstance(test_every, int) and test_every > 0):
+            raise UsageError(
+                f"test_every must be 'epoch' or a positive step count, got {test_every!r}"
+            )
+        self.executor = executor
+        self.loss = loss
+        self.optimizer = optimizer
+        self.train_set = train_set
+        self.sampler = sampler
+        self.test_set = test_set
+        self.test_every = test_every
+        self.schedule = schedule
+        self.modifiers = modifiers
+        self.transforms = transforms
+        self.stop = stop or StopConditions()
+        self.seed = seed
+        self.bus = bus if bus is not None else MetricBus()
+        self.metrics = list(
+            default_metrics(self.stop.target_accuracy) if metrics is None else metrics
+        )
+        self.eval_batch_size = eval_batch_size
+        self.progress = sys.stdout.isatty() if progress is None else progress
+        self.logits = logits or _first_output(executor)
+        self.input = _first_input(executor)
+        self.params: dict[str, np.ndarray] = {}
+        self._rng = np.random.default_rng(seed)
+        capable = native_capable(executor, optimizer) and modifiers is None
+        if native and not capable:
+            raise UsageError(
+                f"optimizer {getattr(optimizer, 'name', type(optimizer).__name__)!r} cannot "
+                f"step the {getattr(executor, 'name', '?')!r} executor natively"
+                + (" with gradient modifiers" if modifiers is not None else "")
+            )
+        #: ``"native"`` or ``"numpy"``: how each step hands gradients to the optimizer.
+        self.optimizer_path = NATIVE if capable and native is not False else NUMPY
+        self._bound = False
+
+    # -- one step and one test pass -------------------------------------------------
+
+    def _transform(self, x: np.ndarray) -> np.ndarray:
+        if self.transforms is None:
+            return x
+        return np.asarray(self.transforms(x, self._rng))
+
+    def _step(self, indices: np.ndarray, step: int, epoch: int) -> tuple[float, int, float]:
+        """One optimisation step; returns (loss, batch size, seconds)."""
+        if self.optimizer_path == NATIVE:
+            return self._native_step(indices, step, epoch)
+        x, y = self.train_set.batch(np.asarray(indices))
+        x = self._transform(x)
+        feeds = {self.input: x, "labels": np.asarray(y, dtype=np.int64)}
+        t0 = time.perf_counter()
+        span = self.bus.span(TRAIN_STEP, level=_LEVEL, batch_size=len(y), step=step, epoch=epoch)
+        # overflow is divergence, reported as a result: numpy need not warn about it
+        with span as sp, np.errstate(over="ignore", invalid="ignore"):
+            if self.schedule is not None:
+                self.optimizer.lr = float(self.schedule(step))
+            outputs, grads = self.executor.inference_and_backprop(feeds, self.loss)
+            loss = float(np.asarray(outputs[self.loss]).reshape(-1)[0])
+            correct = int(np.sum(np.argmax(outputs[self.logits], axis=-1) == y))
+            sp.set(loss=loss, correct=correct, count=len(y), lr=float(self.optimizer.lr))
+            if math.isfinite(loss):
+                if not self.params:
+                    current = self.executor.get_parameters()
+                    self.params = {k: np.array(current[k], copy=True) for k in grads}
+                if self.modifiers is not None:
+                    grads = self.modifiers(self.params, grads)
+                self.optimizer.step(self.params, grads)
+                self.executor.set_parameters(self.params)
+                apply = getattr(self.executor, "apply_running_stats", None)
+                if callable(apply):
+                    apply()
+        return loss, len(y), time.perf_counter() - t0
+
+    def _native_step(self, indices: np.ndarray, step: int, epoch: int) -> tuple[float, int, float]:
+        """One step on the executor's own tensors: no numpy round trip.
+
+        Feeds are converted once (``executor.to_native``); the loss is read with one
+        scalar conversion and the correct count from an argmax on the framework's logits.
+        """
+        x, y = self.train_set.batch(np.asarray(indices))
+        x = self._transform(x)
+        n = len(y)
+        executor, optimizer = self.executor, self.optimizer
+        if not self._bound:
+            optimizer.bind(executor)  # type: ignore[attr-defined]
+            self._bound = True
+        t0 = time.perf_counter()
+        span = self.bus.span(TRAIN_STEP, level=_LEVEL, batch_size=n, step=step, epoch=epoch)
+        with span as sp:
+            if self.schedule is not None:
+                optimizer.lr = float(self.schedule(step))
+            feeds = executor.to_native({self.input: x, "labels": np.asarray(y, dtype=np.int64)})
+            outputs, grads = executor.native_train_step(feeds, self.loss)
+            value = outputs[self.loss]
+            loss = float(value.item() if value.numel() == 1 else value.reshape(-1)[0].item())
+            correct = int((outputs[self.logits].argmax(-1) == feeds["labels"]).sum().item())
+            sp.set(loss=loss, correct=correct, count=n, lr=float(optimizer.lr))
+            if math.isfinite(loss):
+                optimizer.native_step(grads)  # type: ignore[attr-defined]
+                apply = getattr(executor, "apply_running_stats", None)
+                if callable(apply):
+                    apply()
+        return loss, n, time.perf_counter() - t0
+
+    def evaluate(self, step: int, epoch: int) -> dict[str, Any]:
+        """One test pass over the whole test set (inference only), published as ``test.pass``."""
+        assert self.test_set is not None
+        size = len(self.test_set)
+        correct = total = 0
+        loss_sum = 0.0
+        with self.bus.span(TEST_PASS, level=_LEVEL, step=step, epoch=epoch) as sp:
+            for start in range(0, size, self.eval_batch_size):
+                idx = np.arange(start, min(start + self.eval_batch_size, size))
+                x, y = self.test_set.batch(idx)
+                y = np.asarray(y, dtype=np.int64)
+                out = self.executor.inference({self.input: x, "labels": y})
+                correct += int(np.sum(np.argmax(out[self.logits], axis=-1) == y))
+                total += len(y)
+                if self.loss in out:
+                    loss_sum += float(np.asarray(out[self.loss]).reshape(-1)[0]) * len(y)
+            accuracy = correct / total if total else 0.0
+            loss = loss_sum / total if total else math.nan
+            sp.set(accuracy=accuracy, correct=correct, count=total, loss=loss)
+        return {"step": step, "epoch": epoch, "accuracy": accuracy, "loss": loss, "count": total}
+
+    # -- the loop ---------------------------------------------------------------------
+
+    def run(self) -> TrainingResult:
+        """Train until a stopping condition holds or the loss diverges."""
+        for metric in self.metrics:
+            metric.attach(self.bus)
+        try:
+            return self._run()
+        finally:
+            for metric in self.metrics:
+                metric.detach()
+
+    def _run(self) -> TrainingResult:
+        stop = self.stop
+        losses: list[float] = []
+        times: list[float] = []
+        rates: list[float] = []
+        tests: list[dict[str, Any]] = []
+        status, reason = COMPLETE, "max_epochs"
+        best: float | None = None
+        since_best = 0
+        reached_at: float | None = None
+        diverged_at: dict[str, int] | None = None
+        step = samples = epochs_done = 0
+        bar = _ProgressBar(self.progress, stop.max_epochs)
+        self.bus.publish(RUN_START, level=_LEVEL, optimizer_path=self.optimizer_path)
+        t_start = time.perf_counter()
+
+        def test(epoch: int) -> str | None:
+            nonlocal best, since_best, reached_at
+            result = self.evaluate(step, epoch)
+            tests.append(result)
+            acc = float(result["accuracy"])
+            bar.note(acc)
+            if best is None or acc > best:
+                best, since_best = acc, 0
+            else:
+                since_best += 1
+            target = stop.target_accuracy
+            if target is not None and acc >= target:
+                if reached_at is None:
+                    reached_at = time.perf_counter() - t_start
+                return "target_accuracy"
+            if stop.patience is not None and since_best >= stop.patience:
+                return "plateau"
+            return None
+
+        with bar:
+            for epoch in range(stop.max_epochs):
+                self.sampler.set_epoch(epoch)
+                ended: str | None = None
+                with self.bus.span(TRAIN_EPOCH, level=_LEVEL, epoch=epoch):
+                    for indices in self.sampler:
+                        loss, n, seconds = self._step(indices, step, epoch)
+                        step += 1
+                        samples += n
+                        losses.append(loss)
+                        times.append(seconds)
+                        rates.append(n / seconds if seconds > 0 else math.inf)
+                        bar.advance(epoch, step, loss)
+                        if not math.isfinite(loss):
+                            status, ended = DIVERGED, "diverged"
+                            diverged_at = {"step": step - 1, "epoch": epoch}
+                            break
+                        if (
+                            self.test_set is not None
+                            and isinstance(self.test_every, int)
+                            and step % self.test_every == 0
+                        ):
+                            ended = test(epoch)
+                            if ended:
+                                break
+                        if stop.max_steps is not None and step >= stop.max_steps:
+                            ended = "max_steps"
+                            break
+                        if stop.time_budget_s is not None and (
+                            time.perf_counter() - t_start >= stop.time_budget_s
+                        ):
+                            ended = "time_budget"
+                            break
+                epochs_done = epoch + 1
+                if ended is None and self.test_set is not None and self.test_every == "epoch":
+                    ended = test(epoch)
+                if ended is not None:
+                    reason = ended
+                    break
+        wall = time.perf_counter() - t_start
+        self.bus.publish(RUN_END, level=_LEVEL, status=status, reason=reason)
+        results = {m.name: m.safe_result() for m in self.metrics}
+        tta = results.get("time_to_accuracy", {}).get("value")
+        total_time = sum(times)
+        return TrainingResult(
+            status=status,
+            stop_reason=reason,
+            epochs=epochs_done,
+            steps=step,
+            samples=samples,
+            wall_s=wall,
+            final_test_accuracy=float(tests[-1]["accuracy"]) if tests else None,
+            best_test_accuracy=best,
+            time_to_accuracy=float(tta) if isinstance(tta, int | float) else reached_at,
+            losses=losses,
+            step_times_s=times,
+            throughput_samples_s=rates,
+            test_curve=tests,
+            throughput={
+                "samples_per_s": samples / total_time if total_time > 0 else math.nan,
+                "samples": float(samples),
+                "train_seconds": total_time,
+            },
+            diverged_at=diverged_at,
+            metrics=results,
+            optimizer_path=self.optimizer_path,
+        )
+
+
+class _ProgressBar:
+    """A rich progress bar over epochs, or nothing when disabled."""
+
+    def __init__(self, enabled: bool, epochs: int) -> None:
+        self.enabled = enabled
+        self.epochs = epochs
+        self._bar: Any = None
+        self._task: Any = None
+        self._acc = ""
+
+    def __enter__(self) -> _ProgressBar:
+        if self.enabled:
+            from rich.progress import Progress
+
+            self._bar = Progress(transient=True)
+            self._bar.__enter__()
+            self._task = self._bar.add_task("training", total=self.epochs)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.__exit__(None, None, None)
+
+    def advance(self, epoch: int, step: int, loss: float) -> None:
+        if self._bar is not None:
+            self._bar.update(
+                self._task,
+                completed=epoch,
+                description=f"epoch {epoch + 1} step {step} loss {loss:.4g}{self._acc}",
+            )
+
+    def note(self, accuracy: float) -> None:
+        self._acc = f" test {accuracy:.3f}"
