@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 # torch is always pinned: 2.13.0 is a CPU build; anything else downloads gigabytes.
 TORCH  := torch==2.13.0
 # Plugins that can share one environment (MXNet cannot: it needs numpy 1.23.5).
-SHARED_PLUGINS := d5-plugin-numpy d5-plugin-torch d5-plugin-onnxruntime
+SHARED_PLUGINS := d5-plugin-numpy d5-plugin-torch d5-plugin-onnxruntime d5-plugin-mpi
 STAMP  := $(VENV)/.installed
 
 .PHONY: dev demo test lint types bench docs clean

@@ -23,7 +23,7 @@ PINS: dict[str, list[str]] = {
 #: The reference backend: every other plugin's tests validate against it.
 REFERENCE = "d5-plugin-numpy"
 #: Plugins that share the integration environment (and `make dev`'s .venv).
-SHARED = ["d5-plugin-numpy", "d5-plugin-torch", "d5-plugin-onnxruntime"]
+SHARED = ["d5-plugin-numpy", "d5-plugin-torch", "d5-plugin-onnxruntime", "d5-plugin-mpi"]
 
 nox.options.sessions = ["core", "plugin", "example", "integration", "lint", "types"]
 nox.options.error_on_external_run = True

@@ -15,7 +15,7 @@ import click
 
 from d5core.cli.options import db_option, json_option
 from d5core.cli.output import print_json
-from d5core.errors import CheckFailed, UsageError
+from d5core.errors import CheckFailed, D5Error, UsageError
 
 __all__ = ["Prepared", "metric_values", "prepare", "repeat_summary", "run"]
 
@@ -23,7 +23,20 @@ __all__ = ["Prepared", "metric_values", "prepare", "repeat_summary", "run"]
 class Prepared:
     """Everything a run needs, built from a recipe before any training or storage."""
 
-    def __init__(self, recipe: Any, seed: int) -> None:
+    def __init__(
+        self,
+        recipe: Any,
+        seed: int,
+        *,
+        dist: Any = None,
+        scheme: str = "allreduce",
+        scheme_options: dict[str, Any] | None = None,
+        global_batch: bool = False,
+    ) -> None:
+        """With ``dist`` (a :class:`d5core.training.distributed.RankContext`), the sampler
+        is this rank's partition and the optimizer is wrapped by ``scheme``; each rank
+        takes ``batch_size`` examples per step (``batch_size / ranks`` with
+        ``global_batch``)."""
         from d5core.plugins import get_plugin_manager
         from d5core.runners.networks import executor_by_name, load_model, with_loss
         from d5core.training.datasets import load_dataset
@@ -32,6 +45,15 @@ class Prepared:
 
         s = recipe.settings()
         self.recipe, self.seed, self.settings = recipe, seed, s
+        self.dist = dist
+        self.batch_size = int(s["batch_size"])
+        if dist is not None and global_batch:
+            if self.batch_size % dist.size:
+                raise UsageError(
+                    f"--global-batch: batch_size {self.batch_size} is not a multiple of "
+                    f"{dist.size} ranks"
+                )
+            self.batch_size //= dist.size
         self.train_set = load_dataset(s["dataset"], "train", **s["dataset_options"])
         test_options = {**s["dataset_options"], **s["test_dataset_options"]}
         self.test_set = load_dataset(s["dataset"], "test", **test_options)
@@ -49,14 +71,30 @@ class Prepared:
             optimizer = opt_cls(lr=float(s["lr"]), **s["optimizer_options"])
         except TypeError as exc:
             raise UsageError(f"optimizer {s['optimizer']}: bad options: {exc}") from None
-        sampler = make_sampler(
-            s["sampler"],
-            len(self.train_set),
-            int(s["batch_size"]),
-            seed=seed,
-            **s["sampler_options"],
-        )
-        steps_per_epoch = math.ceil(len(self.train_set) / int(s["batch_size"]))
+        bus = None
+        if dist is None:
+            sampler = make_sampler(
+                s["sampler"],
+                len(self.train_set),
+                int(s["batch_size"]),
+                seed=seed,
+                **s["sampler_options"],
+            )
+            steps_per_epoch = math.ceil(len(self.train_set) / int(s["batch_size"]))
+        else:
+            from d5core.bus import MetricBus
+            from d5core.training.distributed import partitioned_sampler
+
+            sampler = partitioned_sampler(
+                s["sampler"], len(self.train_set), self.batch_size, rank=dist.rank,
+                world_size=dist.size, seed=seed, options=s["sampler_options"],
+            )  # fmt: skip
+            steps_per_epoch = math.ceil(sampler.num_examples() / self.batch_size)
+            optimizer = dist.wrap_optimizer(scheme, optimizer, scheme_options or {})
+            bus = MetricBus()
+            bus.subscribe("train.step.end", dist.on_step)
+            for event in ("train.epoch.end", "test.pass.end", "run.end"):
+                bus.subscribe(event, dist.mark_progress)
         schedule = modifiers = transforms = None
         if s.get("schedule") is not None:
             from d5core.training.schedules import make_schedule
@@ -82,16 +120,22 @@ class Prepared:
             executor, loss, optimizer, self.train_set, sampler,
             test_set=self.test_set, test_every=s["test_every"], schedule=schedule,
             modifiers=modifiers, transforms=transforms, stop=stop, seed=seed,
-            eval_batch_size=int(s["eval_batch_size"]),
+            eval_batch_size=int(s["eval_batch_size"]), bus=bus,
+            agree=dist.agree if dist is not None else None,
         )  # fmt: skip
 
 
-def prepare(recipe_path: str | Path, sets: list[str], seed: int | None) -> Prepared:
-    """Load, check and override the recipe, then build every component (no training)."""
+def prepare(
+    recipe_path: str | Path, sets: list[str], seed: int | None, **distributed: Any
+) -> Prepared:
+    """Load, check and override the recipe, then build every component (no training).
+
+    ``distributed`` goes to :class:`Prepared` (``dist``, ``scheme``, ...).
+    """
     from d5core.training.recipes import load_recipe
 
     recipe = load_recipe(recipe_path).with_overrides(sets)
-    return Prepared(recipe, recipe.settings()["seed"] if seed is None else seed)
+    return Prepared(recipe, recipe.settings()["seed"] if seed is None else seed, **distributed)
 
 
 def metric_values(result: Any) -> dict[str, float | None]:
@@ -117,9 +161,9 @@ def _json_safe(value: float | None) -> float | str | None:
     return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
 
 
-def _store(db: Path | None, prep: Prepared, result: Any, values: dict[str, float | None]) -> str:
+def _begin(store: Any, prep: Prepared, extra: dict[str, Any]) -> str:
+    """Begin the ``train`` run of ``prep`` (status ``running``); ``extra`` joins its config."""
     from d5core.environment import capture_environment
-    from d5core.results.store import ResultsStore
 
     recipe = prep.recipe
     config = {
@@ -130,36 +174,48 @@ def _store(db: Path | None, prep: Prepared, result: Any, values: dict[str, float
         "metrics": recipe.metrics,
         "overrides": recipe.overrides,
         "settings": prep.settings,
-        "stop_reason": result.stop_reason,
-        "diverged_at": result.diverged_at,
+        **extra,
     }
     env = capture_environment(seeds={"recipe": prep.seed})
+    run_id = store.begin_run(
+        "train", recipe.name, config=config, environment=env, seed=prep.seed,
+        recipe_hash=recipe.hash,
+    )  # fmt: skip
+    return str(run_id)
+
+
+def _store(db: Path | None, prep: Prepared, result: Any, values: dict[str, float | None]) -> str:
+    from d5core.results.store import ResultsStore
+
+    extra = {"stop_reason": result.stop_reason, "diverged_at": result.diverged_at}
     with ResultsStore.open(db) as store:
-        run_id = store.begin_run(
-            "train", recipe.name, config=config, environment=env, seed=prep.seed,
-            recipe_hash=recipe.hash,
-        )  # fmt: skip
-        units = {"time_to_accuracy": "s", "throughput": "samples/s", "wall_time": "s"}
-        for name, value in values.items():
-            if value is not None and math.isfinite(value):
-                store.add_metric(run_id, name, value, unit=units.get(name, ""))
-        losses = [v if math.isfinite(v) else math.nan for v in result.losses]
-        finite = [v for v in losses if math.isfinite(v)]
-        if finite:
-            store.add_measurement(run_id, "loss", finite, unit="loss")
-        if result.step_times_s:
-            store.add_measurement(run_id, "step_time", result.step_times_s, unit="s")
-        rates = [r for r in result.throughput_samples_s if math.isfinite(r)]
-        if rates:
-            store.add_measurement(run_id, "throughput", rates, unit="samples/s")
-        accs = [float(t["accuracy"]) for t in result.test_curve]
-        if accs:
-            store.add_measurement(run_id, "test_accuracy", accs, unit="fraction")
-        error = None
-        if result.status == "diverged":
-            error = f"loss became {result.losses[-1]} at step {result.diverged_at['step']}"
-        store.finish_run(run_id, result.status, error)
+        run_id = _begin(store, prep, extra)
+        _record(store, run_id, result, values)
     return run_id
+
+
+def _record(store: Any, run_id: str, result: Any, values: dict[str, float | None]) -> None:
+    """Store a result's metrics and curves in the running run ``run_id`` and finish it."""
+    units = {"time_to_accuracy": "s", "throughput": "samples/s", "wall_time": "s"}
+    for name, value in values.items():
+        if value is not None and math.isfinite(value):
+            store.add_metric(run_id, name, value, unit=units.get(name, ""))
+    losses = [v if math.isfinite(v) else math.nan for v in result.losses]
+    finite = [v for v in losses if math.isfinite(v)]
+    if finite:
+        store.add_measurement(run_id, "loss", finite, unit="loss")
+    if result.step_times_s:
+        store.add_measurement(run_id, "step_time", result.step_times_s, unit="s")
+    rates = [r for r in result.throughput_samples_s if math.isfinite(r)]
+    if rates:
+        store.add_measurement(run_id, "throughput", rates, unit="samples/s")
+    accs = [float(t["accuracy"]) for t in result.test_curve]
+    if accs:
+        store.add_measurement(run_id, "test_accuracy", accs, unit="fraction")
+    error = None
+    if result.status == "diverged":
+        error = f"loss became {result.losses[-1]} at step {result.diverged_at['step']}"
+    store.finish_run(run_id, result.status, error)
 
 
 def _run_json(prep: Prepared, run_id: str, result: Any, values: dict[str, float | None],
@@ -234,6 +290,37 @@ def repeat_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     show_default=True,
     help="Run N times with seeds SEED, SEED+1, ...; each run is stored.",
 )
+@click.option(
+    "--ranks",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Train data-parallel on N ranks (re-launched under mpiexec unless already).",
+)
+@click.option(
+    "--scheme",
+    default=None,
+    metavar="NAME",
+    help="Distribution scheme with --ranks (default: allreduce).",
+)
+@click.option(
+    "--scheme-option",
+    "scheme_options",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="An option of the scheme (repeatable).",
+)
+@click.option(
+    "--rank-timeout",
+    type=click.FloatRange(min=1.0),
+    default=30.0,
+    show_default=True,
+    help="Kill the job when a rank gives no sign of life for this many seconds.",
+)
+@click.option(
+    "--global-batch",
+    is_flag=True,
+    help="Keep batch_size as the global batch: each rank takes batch_size / N.",
+)
 @json_option
 @db_option
 def run(
@@ -241,13 +328,211 @@ def run(
     sets: tuple[str, ...],
     seed: int | None,
     repeat: int,
+    ranks: int | None,
+    scheme: str | None,
+    scheme_options: tuple[str, ...],
+    rank_timeout: float,
+    global_batch: bool,
     as_json: bool,
     db: Path | None,
 ) -> None:
     """Train under RECIPE (.toml or .py), store the run and check its METRICS thresholds.
 
     Exits 0 when every threshold holds (in every run), 1 when one fails, 2 for bad input.
+    With --ranks N (N > 1) the run is data-parallel over N MPI ranks.
     """
+    from d5core.training.distributed import (
+        DEFAULT_SCHEME,
+        RankContext,
+        parse_scheme_options,
+        scheme_class,
+    )
+
+    dist_args: dict[str, Any] = {
+        "scheme": scheme or DEFAULT_SCHEME,
+        "scheme_options": parse_scheme_options(scheme_options),
+        "global_batch": global_batch,
+    }
+    ctx = RankContext.from_environment() if ranks is None or ranks > 1 else None
+    if ctx is not None:
+        if ranks is not None and ranks != ctx.size:
+            raise UsageError(f"--ranks {ranks} but the launcher started {ctx.size} ranks")
+        if repeat > 1:
+            raise UsageError("--repeat cannot be combined with several ranks")
+        _run_rank(ctx, recipe, list(sets), seed, dist_args, as_json, db)
+        return
+    if ranks is not None and ranks > 1:
+        if repeat > 1:
+            raise UsageError("--repeat cannot be combined with --ranks")
+        scheme_class(dist_args["scheme"])
+        _run_parent(recipe, list(sets), seed, ranks, dist_args, scheme_options, rank_timeout,
+                    as_json, db)  # fmt: skip
+        return
+    if scheme is not None or scheme_options or global_batch:
+        raise UsageError("--scheme, --scheme-option and --global-batch need --ranks N with N > 1")
+    _run_local(recipe, sets, seed, repeat, as_json, db)
+
+
+def _dist_config(prep: Prepared, size: int, dist_args: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "ranks": size,
+        "scheme": dist_args["scheme"],
+        "scheme_options": dist_args["scheme_options"],
+        "per_rank_batch_size": prep.batch_size // (size if dist_args["global_batch"] else 1),
+        "global_batch_size": prep.batch_size * (1 if dist_args["global_batch"] else size),
+    }
+
+
+def _run_parent(
+    recipe: Path,
+    sets: list[str],
+    seed: int | None,
+    ranks: int,
+    dist_args: dict[str, Any],
+    scheme_options: tuple[str, ...],
+    rank_timeout: float,
+    as_json: bool,
+    db: Path | None,
+) -> None:
+    """Check everything, begin the run, launch N ranks under mpiexec and watch them."""
+    from d5core.results.paths import resolve_db_path
+    from d5core.results.store import ResultsStore
+    from d5core.training.distributed import RankFailed, launch
+
+    prep = prepare(recipe, sets, seed)  # bad input fails here, before anything is stored
+    db_path = resolve_db_path(db).absolute()
+    with ResultsStore.open(db_path) as store:
+        run_id = _begin(store, prep, {"distributed": _dist_config(prep, ranks, dist_args)})
+    argv = ["run", str(recipe), "--seed", str(prep.seed), "--db", str(db_path),
+            "--ranks", str(ranks), "--scheme", dist_args["scheme"],
+            "--rank-timeout", str(rank_timeout)]  # fmt: skip
+    for item in sets:
+        argv += ["--set", item]
+    for item in scheme_options:
+        argv += ["--scheme-option", item]
+    argv += ["--json"] if as_json else []
+    argv += ["--global-batch"] if dist_args["global_batch"] else []
+
+    def mark_failed(rid: str | None, message: str) -> None:
+        with ResultsStore.open(db_path) as st:
+            if rid is not None and st.get_run(rid).status == "running":
+                st.finish_run(rid, "failed", message)
+
+    try:
+        outcome = launch(ranks, argv, rank_timeout=rank_timeout, run_id=run_id,
+                         on_failure=mark_failed)  # fmt: skip
+    except BaseException as exc:
+        mark_failed(run_id, f"the launch failed: {' '.join(str(exc).split())}")
+        raise
+    if outcome.code == 0:
+        return
+    message = outcome.message or "the distributed run failed"
+    if outcome.code == 2:
+        raise UsageError(message)
+    if message.startswith("rank "):
+        raise RankFailed(f"{message} (run {run_id} marked failed)")
+    raise CheckFailed(message)
+
+
+def _run_rank(
+    ctx: Any,
+    recipe: Path,
+    sets: list[str],
+    seed: int | None,
+    dist_args: dict[str, Any],
+    as_json: bool,
+    db: Path | None,
+) -> None:
+    """One rank, in place: train this rank's share; rank 0 stores the run and checks."""
+    import os
+
+    from d5core.results.store import ResultsStore
+    from d5core.training.distributed import RANK_METRICS, RUN_ID_ENV
+    from d5core.training.recipes import check_thresholds
+
+    ctx.start()
+    code, error, run_id = 0, None, None
+    try:
+        prep = prepare(recipe, sets, seed, dist=ctx, **dist_args)
+        if ctx.rank == 0:
+            run_id = os.environ.get(RUN_ID_ENV) or None
+            if run_id is None:
+                with ResultsStore.open(db) as store:
+                    run_id = _begin(
+                        store, prep, {"distributed": _dist_config(prep, ctx.size, dist_args)}
+                    )
+            ctx.write_run_id(run_id)
+        result = prep.trainer.run()
+        table = ctx.gather(ctx.rank_values(result))
+        if ctx.rank != 0:
+            return
+        assert run_id is not None
+        values = metric_values(result)
+        units = {"rank_bytes_sent": "B", "rank_bytes_received": "B", "rank_comm_time": "s",
+                 "rank_wall_time": "s"}  # fmt: skip
+        with ResultsStore.open(db) as store:
+            for r, row in enumerate(table):
+                for name, value in zip(RANK_METRICS, row, strict=True):
+                    if math.isfinite(float(value)):
+                        store.add_metric(run_id, name, float(value), labels={"rank": r},
+                                         unit=units.get(name, ""))  # fmt: skip
+            walls = [float(w) for w in table[:, RANK_METRICS.index("rank_wall_time")]]
+            samples = float(table[:, RANK_METRICS.index("rank_samples")].sum())
+            if max(walls) > 0:
+                store.add_metric(run_id, "global_throughput", samples / max(walls),
+                                 unit="samples/s")  # fmt: skip
+            _record(store, run_id, result, values)
+        checks = check_thresholds(prep.recipe, values)
+        row_json = _run_json(prep, run_id, result, values, checks)
+        row_json["distributed"] = {
+            **_dist_config(prep, ctx.size, dist_args),
+            "per_rank": [{"rank": r, **{k: _json_safe(float(v)) for k, v in
+                                        zip(RANK_METRICS, row, strict=True)}}
+                         for r, row in enumerate(table)],
+        }  # fmt: skip
+        if as_json:
+            print_json(row_json)
+        else:
+            _echo_run(run_id, result, values, checks)
+        failed = [c for c in checks if not c["passed"]]
+        if failed:
+            _raise_check(prep, run_id, failed[0], result)
+    except BaseException as exc:
+        code = exc.exit_code if isinstance(exc, D5Error) else 1
+        error = " ".join(str(exc).split()) or type(exc).__name__
+        if not isinstance(exc, D5Error):
+            error = f"{type(exc).__name__}: {error}"
+        if ctx.rank == 0 and run_id is not None and not isinstance(exc, CheckFailed):
+            try:
+                with ResultsStore.open(db) as store:
+                    if store.get_run(run_id).status == "running":
+                        store.finish_run(run_id, "failed", f"rank 0: {error}")
+            except D5Error:
+                pass
+        raise
+    finally:
+        ctx.finish(code, error)
+
+
+def _raise_check(prep: Prepared, run_id: str, c: dict[str, Any], result: Any) -> None:
+    side = "min" if "min" in c else "max"
+    op = ">=" if side == "min" else "<="
+    shown = "not reached" if c["value"] is None else f"{c['value']:.6g}"
+    raise CheckFailed(
+        f"recipe {prep.recipe.name}: {c['metric']} = {shown}, needs {op} {c[side]} "
+        f"(run {run_id}, {result.status})"
+    )
+
+
+def _run_local(
+    recipe: Path,
+    sets: tuple[str, ...],
+    seed: int | None,
+    repeat: int,
+    as_json: bool,
+    db: Path | None,
+) -> None:
+    """The single-process run (the command without --ranks)."""
     from d5core.training.recipes import check_thresholds
 
     first = prepare(recipe, list(sets), seed)
@@ -277,10 +562,4 @@ def run(
         )
     if failures:
         run_id, c, result = failures[0]
-        side = "min" if "min" in c else "max"
-        op = ">=" if side == "min" else "<="
-        shown = "not reached" if c["value"] is None else f"{c['value']:.6g}"
-        raise CheckFailed(
-            f"recipe {first.recipe.name}: {c['metric']} = {shown}, needs {op} {c[side]} "
-            f"(run {run_id}, {result.status})"
-        )
+        _raise_check(first, run_id, c, result)

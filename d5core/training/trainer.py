@@ -225,6 +225,7 @@ class Trainer:
         progress: bool | None = None,
         logits: str | None = None,
         native: bool | None = None,
+        agree: Callable[[str | None], str | None] | None = None,
     ) -> None:
         if test_every != "epoch" and not (isinstance(test_every, int) and test_every > 0):
             raise UsageError(
@@ -233,6 +234,10 @@ class Trainer:
         self.executor = executor
         self.loss = loss
         self.optimizer = optimizer
+        #: Turns this process's reason to stop (or ``None``) into the one all processes
+        #: of a distributed run act on, so that ranks whose parameters differ (the
+        #: inconsistent schemes) still stop at the same step; ``None`` for one process.
+        self.agree = agree
         self.train_set = train_set
         self.sampler = sampler
         self.test_set = test_set
@@ -413,28 +418,31 @@ class Trainer:
                         rates.append(n / seconds if seconds > 0 else math.inf)
                         bar.advance(epoch, step, loss)
                         if not math.isfinite(loss):
-                            status, ended = DIVERGED, "diverged"
-                            diverged_at = {"step": step - 1, "epoch": epoch}
-                            break
-                        if (
+                            ended = "diverged"
+                        elif (
                             self.test_set is not None
                             and isinstance(self.test_every, int)
                             and step % self.test_every == 0
                         ):
                             ended = test(epoch)
-                            if ended:
-                                break
-                        if stop.max_steps is not None and step >= stop.max_steps:
+                        if ended is None and stop.max_steps is not None and step >= stop.max_steps:
                             ended = "max_steps"
-                            break
-                        if stop.time_budget_s is not None and (
+                        if ended is None and stop.time_budget_s is not None and (
                             time.perf_counter() - t_start >= stop.time_budget_s
                         ):
                             ended = "time_budget"
+                        if self.agree is not None:
+                            ended = self.agree(ended)
+                        if ended == "diverged":
+                            status = DIVERGED
+                            diverged_at = {"step": step - 1, "epoch": epoch}
+                        if ended is not None:
                             break
                 epochs_done = epoch + 1
                 if ended is None and self.test_set is not None and self.test_every == "epoch":
                     ended = test(epoch)
+                    if self.agree is not None:
+                        ended = self.agree(ended)
                 if ended is not None:
                     reason = ended
                     break

@@ -166,3 +166,29 @@ def test_results_table_puts_executors_side_by_side(tmp_path, d5_cli, monkeypatch
     assert both.exit_code == 0
     neither = d5_cli("results", "table")
     assert neither.exit_code == 2 and "not both and not neither" in neither.stderr
+
+
+def test_an_agreed_reason_to_stop_ends_training_at_that_step():
+    from d5core.cli.run_cmd import prepare
+
+    calls: list[str | None] = []
+
+    def agree(local: str | None) -> str | None:
+        calls.append(local)
+        return "time_budget" if len(calls) == 3 else local  # another rank ran out of time
+
+    prep = prepare(RECIPE, [], 0)
+    prep.trainer.agree = agree
+    result = prep.trainer.run()
+    assert result.steps == 3
+    assert result.stop_reason == "time_budget"
+    assert calls == [None, None, None]
+
+
+def test_a_divergence_agreed_from_another_rank_marks_the_run_diverged():
+    from d5core.cli.run_cmd import prepare
+
+    prep = prepare(RECIPE, [], 0)
+    prep.trainer.agree = lambda local: "diverged"
+    result = prep.trainer.run()
+    assert (result.status, result.steps) == ("diverged", 1)

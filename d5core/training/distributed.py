@@ -1,0 +1,545 @@
+"""``d5 run --ranks N``: launching a training run on several ranks and running one rank.
+
+Two halves:
+
+- the **parent** (:func:`launch`) re-launches ``d5 run`` under ``mpiexec -n N`` and
+  watches the job: each rank writes a heartbeat file every second and, when it ends, its
+  exit status; the whole job is killed when a rank stops responding or fails while the
+  others still run, and one line names the rank;
+- a **rank** (:class:`RankContext`) runs in place under a launcher: the rank and size
+  come from the launcher, the communicator is the ``mpi`` plugin's, the recipe's sampler
+  becomes this rank's partition and the optimizer is wrapped by a distribution scheme.
+
+d5core never imports ``mpi4py``: the MPI plugin is loaded through the plugin manager or
+imported inside functions.
+
+Test hook: with ``D5_TEST_KILL_RANK=R`` and ``D5_TEST_KILL_AFTER_STEPS=K`` in the
+environment, rank ``R`` sends itself ``SIGKILL`` after its ``K``-th training step (used
+by the tests of the watchdog; never set it otherwise).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+
+from d5core.errors import EXIT_FAILED, D5Error, UsageError
+
+__all__ = [
+    "DEFAULT_SCHEME",
+    "DIR_ENV",
+    "KILL_AFTER_ENV",
+    "KILL_RANK_ENV",
+    "PARENT_ENV",
+    "RANK_METRICS",
+    "RUN_ID_ENV",
+    "SCHEMES",
+    "LaunchOutcome",
+    "RankContext",
+    "RankFailed",
+    "detect_launcher",
+    "launch",
+    "parse_scheme_options",
+    "partitioned_sampler",
+    "scheme_class",
+]
+
+#: Set (to ``1``) by the parent in the environment of the ranks it launches.
+PARENT_ENV = "D5_DISTRIBUTED_PARENT"
+#: The directory where ranks write heartbeats, exit statuses and the run id.
+DIR_ENV = "D5_DISTRIBUTED_DIR"
+#: The run the parent began, which rank 0 fills in.
+RUN_ID_ENV = "D5_DISTRIBUTED_RUN_ID"
+#: Test hook: the rank that kills itself ...
+KILL_RANK_ENV = "D5_TEST_KILL_RANK"
+#: ... after this many training steps.
+KILL_AFTER_ENV = "D5_TEST_KILL_AFTER_STEPS"
+
+#: The scheme used when ``--scheme`` is not given: decentralized gradient averaging.
+DEFAULT_SCHEME = "allreduce"
+#: The distribution schemes d5 ships (``d5.optimizers`` entries wrapping a local one).
+SCHEMES: tuple[str, ...] = (
+    "allreduce",
+    "parameter-server",
+    "async-parameter-server",
+    "model-averaging",
+    "dpsgd",
+)
+#: The per-rank metrics gathered to rank 0, in order.
+RANK_METRICS: tuple[str, ...] = (
+    "rank_steps",
+    "rank_samples",
+    "rank_bytes_sent",
+    "rank_bytes_received",
+    "rank_comm_time",
+    "rank_final_loss",
+    "rank_wall_time",
+)
+
+_HEARTBEAT_S = 1.0
+_POLL_S = 0.2
+#: Extra time a rank has to write its first heartbeat (interpreter and imports).
+_START_GRACE_S = 60.0
+#: How long a job may go on after a rank reported a non-zero exit.
+_EXIT_GRACE_S = 2.0
+
+
+class RankFailed(D5Error):
+    """A rank of a distributed run died, hung or failed; the message names it."""
+
+    exit_code = EXIT_FAILED
+
+
+# -- what the launcher says ----------------------------------------------------------
+
+
+def detect_launcher(environ: Mapping[str, str] | None = None) -> dict[str, Any] | None:
+    """``{"launcher", "rank", "size"}`` when a launcher (MPI, Slurm) started this process."""
+    from d5core.plugins import get_plugin_manager
+
+    env = dict(os.environ if environ is None else environ)
+    for out in get_plugin_manager().call_each("d5_detect_launcher", environ=env):
+        if out.error is None and out.result:
+            found = dict(out.result)
+            return {"launcher": found.get("launcher"), "rank": int(found["rank"]),
+                    "size": int(found["size"])}  # fmt: skip
+    return None
+
+
+# -- schemes, options, samplers -----------------------------------------------------
+
+
+def scheme_class(name: str) -> Any:
+    """The distribution scheme ``name``: a ``d5.optimizers`` entry wrapping a local one.
+
+    :raises UsageError: one line, for a name that is not a distribution scheme.
+    """
+    from d5core.plugins import get_plugin_manager
+
+    manager = get_plugin_manager()
+    base = getattr(importlib.import_module("d5core.levels.distributed"),
+                   "DistributedOptimizer", None)  # fmt: skip
+    known = [n for n in manager.names("d5.optimizers") if n in SCHEMES]
+    if name not in manager.names("d5.optimizers") or (base is None and name not in SCHEMES):
+        raise UsageError(
+            f"no distribution scheme named {name!r}; choose one of "
+            f"{', '.join(known) or 'none installed (install d5-plugin-mpi)'}"
+        )
+    cls = manager.load("d5.optimizers", name)
+    if base is not None and not (isinstance(cls, type) and issubclass(cls, base)):
+        raise UsageError(
+            f"{name!r} is a local optimizer, not a distribution scheme; choose one of "
+            f"{', '.join(known)}"
+        )
+    return cls
+
+
+def parse_scheme_options(items: Iterable[str]) -> dict[str, Any]:
+    """``["k=v", ...]`` to a dict; values parse as JSON (numbers, booleans), else strings."""
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"--scheme-option takes KEY=VALUE, not {item!r}")
+        try:
+            out[key.strip()] = json.loads(text)
+        except ValueError:
+            out[key.strip()] = text
+    return out
+
+
+def partitioned_sampler(
+    name: str,
+    size: int,
+    batch_size: int,
+    *,
+    rank: int,
+    world_size: int,
+    seed: int,
+    options: Mapping[str, Any],
+) -> Any:
+    """The recipe's sampler made this rank's partition of every epoch.
+
+    ``shuffle`` becomes a shuffled :class:`~d5core.training.samplers.PartitionedSampler`,
+    ``sequential`` an unshuffled one, ``partitioned`` gets the rank and size; other
+    samplers cannot be partitioned.
+    """
+    from d5core.training.samplers import make_sampler
+
+    opts = dict(options)
+    if name == "partitioned":
+        opts.pop("rank", None)
+        opts.pop("world_size", None)
+    elif name in ("shuffle", "sequential"):
+        opts["shuffle"] = name == "shuffle"
+    else:
+        raise UsageError(
+            f"sampler {name!r} cannot be split across ranks; use shuffle, sequential or partitioned"
+        )
+    return make_sampler("partitioned", size, batch_size, seed=seed, rank=rank,
+                        world_size=world_size, **opts)  # fmt: skip
+
+
+# -- a rank --------------------------------------------------------------------------
+
+
+class RankContext:
+    """One rank of a distributed run: communicator, heartbeat, status file, test hook.
+
+    :param rank: this rank; :param size: the number of ranks.
+    :param directory: the parent's watch directory, or ``None`` under an outside launcher.
+    """
+
+    def __init__(self, rank: int, size: int, directory: Path | None) -> None:
+        self.rank, self.size, self.directory = rank, size, directory
+        self.comm: Any = None
+        self.steps = 0
+        #: Bumped whenever the rank makes progress (a step, a test pass, an epoch): the
+        #: heartbeat is written only after progress, so a rank that is alive but stuck
+        #: (a deadlock in a collective, say) stops beating like a dead one.
+        self._progress = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._kill_after: int | None = None
+        if os.environ.get(KILL_RANK_ENV, "") == str(rank):
+            self._kill_after = int(os.environ.get(KILL_AFTER_ENV, "1") or 1)
+
+    @classmethod
+    def from_environment(cls) -> RankContext | None:
+        """The context of this process when a launcher started it with several ranks."""
+        found = detect_launcher()
+        if found is None or (found["size"] < 2 and not os.environ.get(PARENT_ENV)):
+            return None
+        directory = os.environ.get(DIR_ENV)
+        return cls(found["rank"], found["size"], Path(directory) if directory else None)
+
+    # heartbeat and status ---------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the heartbeat when a parent watches: the file is touched at most once a
+    second, and only after the rank made progress since the last touch."""
+        if self.directory is None:
+            return
+        path = self.directory / f"heartbeat.{self.rank}"
+        path.write_text(str(os.getpid()))
+
+        def beat() -> None:
+            seen = self._progress
+            while not self._stop.wait(_HEARTBEAT_S):
+                if self._progress == seen:
+                    continue  # no progress since the last beat: let the heartbeat age
+                seen = self._progress
+                try:
+                    os.utime(path)
+                except OSError:
+                    return
+
+        self._thread = threading.Thread(target=beat, name="d5-heartbeat", daemon=True)
+        self._thread.start()
+
+    def finish(self, code: int, error: str | None = None) -> None:
+        """Stop the heartbeat and write this rank's exit status for the parent."""
+        self._stop.set()
+        if self.directory is None:
+            return
+        tmp = self.directory / f".status.{self.rank}"
+        tmp.write_text(json.dumps({"code": code, "error": error}))
+        tmp.replace(self.directory / f"status.{self.rank}")
+
+    def write_run_id(self, run_id: str) -> None:
+        """Tell the parent which run rank 0 is filling in."""
+        if self.directory is not None:
+            (self.directory / "run_id").write_text(run_id)
+
+    # components ---------------------------------------------------------------------
+
+    def communicator(self) -> Any:
+        """This rank's communicator (``mpi`` from ``d5.communication``)."""
+        if self.comm is None:
+            from d5core.plugins import get_plugin_manager
+
+            inner = get_plugin_manager().load("d5.communication", "mpi")()
+            if int(inner.size) != self.size or int(inner.rank) != self.rank:
+                raise UsageError(
+                    f"the launcher says rank {self.rank} of {self.size} but MPI says rank "
+                    f"{inner.rank} of {inner.size}; is mpi4py built for this mpiexec?"
+                )
+            self.comm = inner
+        return self.comm
+
+    def wrap_optimizer(self, scheme: str, local: Any, options: Mapping[str, Any]) -> Any:
+        """``local`` wrapped by the distribution scheme ``scheme``."""
+        cls = scheme_class(scheme)
+        try:
+            return cls(local, self.communicator(), **dict(options))
+        except TypeError as exc:
+            raise UsageError(f"scheme {scheme}: bad options: {exc}") from None
+
+    #: Reasons to stop, in increasing precedence, as exchanged by :meth:`agree`.
+    STOP_REASONS: tuple[str | None, ...] = (
+        None, "target_accuracy", "plateau", "max_steps", "time_budget", "diverged",
+    )  # fmt: skip
+
+    def agree(self, reason: str | None) -> str | None:
+        """The reason to stop that every rank acts on: the one of highest precedence
+        among the ranks' own (one 8-byte allreduce per call, counted as traffic)."""
+        codes = self.STOP_REASONS
+        local = np.array([codes.index(reason) if reason in codes else len(codes) - 1])
+        agreed = int(np.asarray(self.communicator().allreduce(local, "max"))[0])
+        return codes[min(agreed, len(codes) - 1)]
+
+    def mark_progress(self, _event: Any = None) -> None:
+        """Bus callback for events that show progress (``test.pass.end``, ...)."""
+        self._progress += 1
+
+    def on_step(self, _event: Any) -> None:
+        """Bus callback for ``train.step.end``: counts steps; runs the kill test hook."""
+        self.steps += 1
+        self._progress += 1
+        if self._kill_after is not None and self.steps >= self._kill_after:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def gather(self, values: Sequence[float]) -> np.ndarray:
+        """Every rank's ``values`` as rows of a ``(size, len(values))`` array, on all ranks."""
+        table = np.zeros((self.size, len(values)), dtype=np.float64)
+        table[self.rank] = np.asarray(values, dtype=np.float64)
+        return np.asarray(self.communicator().allreduce(table, "sum"), dtype=np.float64)
+
+    def rank_values(self, result: Any) -> list[float]:
+        """This rank's entries of :data:`RANK_METRICS`."""
+        counters = dict(self.communicator().counters())
+        final = result.losses[-1] if result.losses else float("nan")
+        return [float(result.steps), float(result.samples),
+                float(counters.get("bytes_sent", 0)), float(counters.get("bytes_received", 0)),
+                float(counters.get("seconds", 0.0)), float(final),
+                float(result.wall_s)]  # fmt: skip
+
+
+# -- the parent ----------------------------------------------------------------------
+
+
+class LaunchOutcome:
+    """How a launched job ended: exit ``code`` and, on failure, a one-line ``message``."""
+
+    def __init__(self, code: int, message: str | None, run_id: str | None) -> None:
+        self.code, self.message, self.run_id = code, message, run_id
+
+
+_BANNER = re.compile(
+    r"^(=+|YOUR APPLICATION TERMINATED|This typically refers|Please see the FAQ|\s*$)"
+)
+
+
+def _mpi_launch_module() -> Any:
+    try:
+        return importlib.import_module("d5_plugin_mpi.launch")
+    except ImportError as exc:
+        raise UsageError(
+            f"--ranks needs the MPI plugin ({exc}); install d5-plugin-mpi with mpi4py"
+        ) from None
+
+
+def _pump(stream: IO[str], sink: list[str], forward: Callable[[str], None] | None) -> None:
+    for line in iter(stream.readline, ""):
+        sink.append(line)
+        if forward is not None and not _BANNER.match(line):
+            forward(line)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _read_status(directory: Path, rank: int) -> dict[str, Any] | None:
+    path = directory / f"status.{rank}"
+    try:
+        return dict(json.loads(path.read_text()))
+    except (OSError, ValueError):
+        return None
+
+
+def _pid(directory: Path, rank: int) -> int | None:
+    try:
+        return int((directory / f"heartbeat.{rank}").read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _signal_from_output(text: str, pid: int | None) -> int | None:
+    """The exit code Hydra reports for ``pid`` (a signal number when killed)."""
+    if pid is None:
+        return None
+    m = re.search(rf"PID {pid} RUNNING AT .*?\n.*?EXIT CODE: (\d+)", text)
+    return int(m.group(1)) if m else None
+
+
+def _kill(proc: subprocess.Popen[str], directory: Path, ranks: int) -> None:
+    """Kill mpiexec's process group and every rank still alive."""
+    pids = [p for p in (_pid(directory, r) for r in range(ranks)) if p is not None]
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, sig)
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, sig)
+        try:
+            proc.wait(timeout=2.0)
+            if not any(_alive(p) for p in pids):
+                return
+        except subprocess.TimeoutExpired:
+            pass
+
+
+def _heartbeat_age(directory: Path, rank: int) -> float:
+    try:
+        return time.time() - (directory / f"heartbeat.{rank}").stat().st_mtime
+    except OSError:
+        return -1.0
+
+
+def _diagnose(directory: Path, ranks: int, output: str) -> tuple[int, str] | None:
+    """After the job ended: the rank that did not end well, as (code, line).
+
+    A rank without an exit status died: the one Hydra reports (with its signal) or else
+    the one whose heartbeat stopped first (the launcher kills the others after it).
+    """
+    missing = [r for r in range(ranks) if _read_status(directory, r) is None]
+    for rank in missing:
+        sig = _signal_from_output(output, _pid(directory, rank))
+        if sig is not None and 0 < sig < 64:
+            return EXIT_FAILED, f"rank {rank} exited with signal {sig}"
+    if missing:
+        rank = max(missing, key=lambda r: _heartbeat_age(directory, r))
+        if _pid(directory, rank) is None:
+            return EXIT_FAILED, f"rank {rank} never started"
+        return EXIT_FAILED, f"rank {rank} died without an exit status (killed by a signal?)"
+    for rank in range(ranks):
+        st = _read_status(directory, rank)
+        assert st is not None
+        if int(st["code"]) != 0:
+            error = str(st.get("error") or f"exit status {st['code']}")
+            return int(st["code"]), error if rank == 0 else f"rank {rank}: {error}"
+    return None
+
+
+def launch(
+    ranks: int,
+    argv: Sequence[str],
+    *,
+    rank_timeout: float,
+    env: Mapping[str, str] | None = None,
+    run_id: str | None = None,
+    on_failure: Callable[[str | None, str], None] | None = None,
+) -> LaunchOutcome:
+    """Run ``python -m d5core ARGV`` on ``ranks`` ranks under ``mpiexec`` and watch it.
+
+    Rank output on stdout is passed through (without Hydra's banners); stderr is kept
+    and shown only when the job succeeds. The job is killed when a rank's heartbeat is
+    older than ``rank_timeout`` seconds or a rank exited non-zero while the others still
+    run; ``on_failure(run_id, line)`` is then called before the outcome is returned.
+    """
+    mpi = _mpi_launch_module()
+    if not mpi.mpiexec_path():
+        raise UsageError("--ranks needs mpiexec on PATH (install MPICH or Open MPI)")
+    directory = Path(tempfile.mkdtemp(prefix="d5-ranks-"))
+    try:
+        environ = {**os.environ, **dict(env or {}), PARENT_ENV: "1", DIR_ENV: str(directory)}
+        if run_id is not None:
+            environ[RUN_ID_ENV] = run_id
+        cmd = list(mpi.build_command(ranks, [sys.executable, "-m", "d5core", *argv]))
+        proc = subprocess.Popen(cmd, env=environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, start_new_session=True)  # fmt: skip
+        out: list[str] = []
+        err: list[str] = []
+
+        def echo(line: str) -> None:
+            sys.stdout.write(line)
+            sys.stdout.flush()
+
+        assert proc.stdout is not None and proc.stderr is not None
+        pumps = [
+            threading.Thread(target=_pump, args=(proc.stdout, out, echo), daemon=True),
+            threading.Thread(target=_pump, args=(proc.stderr, err, None), daemon=True),
+        ]
+        for t in pumps:
+            t.start()
+        failure = _watch(proc, directory, ranks, rank_timeout)
+        if failure is not None:
+            _kill(proc, directory, ranks)
+        proc.wait()
+        for t in pumps:
+            t.join(timeout=2.0)
+        text = "".join(out) + "".join(err)
+        diag = _diagnose(directory, ranks, text)
+        found = diag
+        if failure is not None:
+            better = diag is not None and "with signal" in diag[1] and "died" in failure
+            found = diag if better else (EXIT_FAILED, failure)
+        rid = run_id
+        if rid is None and (directory / "run_id").exists():
+            rid = (directory / "run_id").read_text().strip() or None
+        if found is None and proc.returncode != 0:
+            found = (EXIT_FAILED, f"mpiexec exited with status {proc.returncode}")
+        if found is None:
+            sys.stderr.write("".join(line for line in err if not _BANNER.match(line)))
+            return LaunchOutcome(0, None, rid)
+        code, message = found
+        if on_failure is not None:
+            on_failure(rid, message)
+        return LaunchOutcome(code, message, rid)
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def _watch(proc: subprocess.Popen[str], directory: Path, ranks: int, timeout: float) -> str | None:
+    """Wait for the job; a one-line reason to kill it, or ``None`` once it ended."""
+    started = time.monotonic()
+    failed_at: dict[int, float] = {}
+    while proc.poll() is None:
+        time.sleep(_POLL_S)
+        now = time.monotonic()
+        for rank in range(ranks):
+            st = _read_status(directory, rank)
+            hb = directory / f"heartbeat.{rank}"
+            if st is not None:
+                if int(st["code"]) != 0:
+                    first = failed_at.setdefault(rank, now)
+                    if now - first > _EXIT_GRACE_S and proc.poll() is None:
+                        error = st.get("error") or f"exit status {st['code']}"
+                        return f"rank {rank} exited with status {st['code']}: {error}"
+                continue
+            try:
+                age = time.time() - hb.stat().st_mtime
+            except OSError:
+                if now - started > timeout + _START_GRACE_S:
+                    return f"rank {rank} did not start within {timeout + _START_GRACE_S:.0f} s"
+                continue
+            pid = _pid(directory, rank)
+            if pid is not None and not _alive(pid):
+                time.sleep(_POLL_S)  # let a status written at exit land
+                if _read_status(directory, rank) is None and proc.poll() is None:
+                    return f"rank {rank} died without an exit status (killed by a signal?)"
+            elif age > timeout:
+                return f"rank {rank} stopped responding (no progress for {age:.0f} s)"
+    return None
