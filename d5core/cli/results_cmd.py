@@ -756,7 +756,7 @@ def table_runs(
         "runs",
         "time to accuracy (s), median [95% CI]",
         "olympic mean (s)",
-        "final test accuracy, median [range]",
+        "final test accuracy [range]",
         "samples/s, median [95% CI]",
     )
     for column in columns:

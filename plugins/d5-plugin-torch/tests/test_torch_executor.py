@@ -3,172 +3,23 @@ small and zoo networks, the onnx package's light models, errors, events, prepare
 
 from __future__ import annotations
 
-import os
 import time
 
 import numpy as np
-import onnx
 import pytest
 import torch
 from d5_plugin_torch.executor import TorchExecutor
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
 from d5core.bus import GRAPH_NODE, use_bus
 from d5core.errors import UsageError
 from d5core.networks.network import Network
+from d5core.testing.networks import cnn, feeds_for, float64_model, legacy, light, mlp
 
 reference = pytest.importorskip(
     "d5_plugin_numpy.executor",
     reason="comparing needs d5's reference executor: pip install -e plugins/d5-plugin-numpy",
 )
-
-# -- small models built with onnx.helper (the zoo's are used when it exists) -------
-
-LIGHT = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
-
-
-def _init(rng: np.random.Generator, name: str, shape: tuple[int, ...], scale: float = 0.3):
-    return numpy_helper.from_array((rng.standard_normal(shape) * scale).astype(np.float32), name)
-
-
-def _model(nodes, inputs, outputs, inits, opset: int = 17) -> onnx.ModelProto:
-    graph = helper.make_graph(nodes, "g", inputs, outputs, inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    model.ir_version = 8
-    return model
-
-
-def mlp(batch: int = 4, loss: bool = True) -> onnx.ModelProto:
-    """x (N, 6) -> Gemm -> Tanh -> Gemm -> Relu -> MatMul+Add -> scores (N, 3) [-> loss]."""
-    rng = np.random.default_rng(1)
-    inits = [
-        _init(rng, "w1", (8, 6)),
-        _init(rng, "b1", (8,)),
-        _init(rng, "w2", (8, 8)),
-        _init(rng, "b2", (8,)),
-        _init(rng, "w3", (8, 3)),
-        _init(rng, "b3", (3,)),
-    ]
-    nodes = [
-        helper.make_node("Gemm", ["x", "w1", "b1"], ["h1"], transB=1),
-        helper.make_node("Tanh", ["h1"], ["a1"]),
-        helper.make_node("Gemm", ["a1", "w2", "b2"], ["h2"], transB=1),
-        helper.make_node("Sigmoid", ["h2"], ["a2"]),
-        helper.make_node("Add", ["a2", "a1"], ["a3"]),  # a1 used twice: gradients add up
-        helper.make_node("MatMul", ["a3", "w3"], ["m"]),
-        helper.make_node("Add", ["m", "b3"], ["scores"]),
-    ]
-    ins = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 6])]
-    outs = [helper.make_tensor_value_info("scores", TensorProto.FLOAT, [batch, 3])]
-    if loss:
-        nodes.append(
-            helper.make_node(
-                "SoftmaxCrossEntropyLoss", ["scores", "labels"], ["loss"], reduction="mean"
-            )
-        )
-        ins.append(helper.make_tensor_value_info("labels", TensorProto.INT64, [batch]))
-        outs.append(helper.make_tensor_value_info("loss", TensorProto.FLOAT, []))
-    return _model(nodes, ins, outs, inits)
-
-
-def cnn(batch: int = 2, loss: bool = True) -> onnx.ModelProto:
-    """Conv-BN-Relu-MaxPool, a residual Conv, LRN, AveragePool, Flatten, Gemm, Softmax."""
-    rng = np.random.default_rng(2)
-    inits = [
-        _init(rng, "cw", (4, 3, 3, 3)),
-        _init(rng, "cb", (4,)),
-        _init(rng, "s", (4,)),
-        _init(rng, "bb", (4,)),
-        _init(rng, "mu", (4,), 0.1),
-        numpy_helper.from_array(rng.uniform(0.5, 1.5, 4).astype(np.float32), "var"),
-        _init(rng, "cw2", (4, 4, 3, 3)),
-        _init(rng, "fw", (5, 16)),
-        _init(rng, "fb", (5,)),
-        numpy_helper.from_array(np.array([batch, -1], np.int64), "shape"),
-    ]
-    nodes = [
-        helper.make_node("Conv", ["x", "cw", "cb"], ["c1"], pads=[1, 1, 1, 1]),
-        helper.make_node("BatchNormalization", ["c1", "s", "bb", "mu", "var"], ["n1"]),
-        helper.make_node("Relu", ["n1"], ["r1"]),
-        helper.make_node("MaxPool", ["r1"], ["p1"], kernel_shape=[2, 2], strides=[2, 2]),
-        helper.make_node("Conv", ["p1", "cw2"], ["c2"], pads=[1, 0, 1, 2], strides=[1, 1]),
-        helper.make_node("Sum", ["c2", "p1", "p1"], ["r2"]),
-        helper.make_node("LRN", ["r2"], ["l2"], size=3, alpha=0.2, beta=0.75, bias=1.5),
-        helper.make_node("AveragePool", ["l2"], ["p2"], kernel_shape=[2, 2], strides=[2, 2]),
-        helper.make_node("Reshape", ["p2", "shape"], ["f"]),
-        helper.make_node("Gemm", ["f", "fw", "fb"], ["scores"], transB=1),
-        helper.make_node("Softmax", ["scores"], ["prob"]),
-    ]
-    ins = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 3, 8, 8])]
-    outs = [helper.make_tensor_value_info("prob", TensorProto.FLOAT, [batch, 5])]
-    if loss:
-        nodes.append(helper.make_node("SoftmaxCrossEntropyLoss", ["scores", "labels"], ["loss"]))
-        ins.append(helper.make_tensor_value_info("labels", TensorProto.INT64, [batch]))
-        outs.append(helper.make_tensor_value_info("loss", TensorProto.FLOAT, []))
-    return _model(nodes, ins, outs, inits)
-
-
-def legacy() -> onnx.ModelProto:
-    """Opset 9: ConstantOfShape weights, Unsqueeze/Squeeze axes attributes, Dropout ratio,
-    BatchNormalization, a Constant, and Softmax coerced to 2-D at axis 1."""
-    rng = np.random.default_rng(3)
-    inits = [
-        numpy_helper.from_array(np.array([3], np.int64), "s_shape"),
-        _init(rng, "w", (3, 3, 1, 1)),
-    ]
-    value = numpy_helper.from_array(np.array([0.5], np.float32))
-    nodes = [
-        helper.make_node("ConstantOfShape", ["s_shape"], ["scale"], value=value),
-        helper.make_node(
-            "Constant",
-            [],
-            ["bias"],
-            value=numpy_helper.from_array(np.array([0.1, -0.2, 0.3], np.float32)),
-        ),
-        helper.make_node("Unsqueeze", ["bias"], ["b4"], axes=[0, 2, 3]),
-        helper.make_node("Conv", ["x", "w"], ["c"]),
-        helper.make_node("Add", ["c", "b4"], ["c2"]),
-        helper.make_node(
-            "BatchNormalization", ["c2", "scale", "bias", "bias", "scale"], ["n"], epsilon=1e-3
-        ),
-        helper.make_node("Dropout", ["n"], ["d"], ratio=0.3),
-        helper.make_node("Softmax", ["d"], ["sm"], axis=1),
-        helper.make_node("Squeeze", ["sm"], ["out"], axes=[3]),
-    ]
-    ins = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4, 1])]
-    outs = [helper.make_tensor_value_info("out", TensorProto.FLOAT, [2, 3, 4])]
-    model = _model(nodes, ins, outs, inits, opset=9)
-    model.ir_version = 4
-    return model
-
-
-def feeds_for(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    inits = {i.name for i in model.graph.initializer}
-    feeds = {}
-    for v in model.graph.input:
-        if v.name in inits:
-            continue
-        shape = [d.dim_value for d in v.type.tensor_type.shape.dim]
-        if v.type.tensor_type.elem_type == TensorProto.INT64:
-            feeds[v.name] = rng.integers(0, 3, shape).astype(np.int64)
-        else:
-            feeds[v.name] = rng.standard_normal(shape).astype(np.float32)
-    return feeds
-
-
-def light(name: str) -> tuple[onnx.ModelProto, dict[str, np.ndarray], np.ndarray]:
-    """A light model of the onnx package, its input (as onnx's runner makes it), its
-    expected output."""
-    model = onnx.load(os.path.join(LIGHT, f"light_{name}.onnx"))
-    expected = numpy_helper.to_array(
-        onnx.load_tensor(os.path.join(LIGHT, f"light_{name}_output_0.pb"))
-    )
-    inits = {i.name for i in model.graph.initializer}
-    (x,) = [v for v in model.graph.input if v.name not in inits]
-    shape = [d.dim_value or 1 for d in x.type.tensor_type.shape.dim]
-    n = int(np.prod(shape))
-    return model, {x.name: (np.arange(n).reshape(shape) / n).astype(np.float32)}, expected
 
 
 LIGHT_MODELS = [
@@ -182,20 +33,6 @@ LIGHT_MODELS = [
     "vgg19",
     "zfnet512",
 ]
-
-
-def float64_model(model: onnx.ModelProto) -> onnx.ModelProto:
-    """A copy of ``model`` whose float32 initializers and values are float64."""
-    m = onnx.ModelProto()
-    m.CopyFrom(model)
-    for i, t in enumerate(m.graph.initializer):
-        a = numpy_helper.to_array(t)
-        if a.dtype == np.float32:
-            m.graph.initializer[i].CopyFrom(numpy_helper.from_array(a.astype(np.float64), t.name))
-    for v in list(m.graph.input) + list(m.graph.output) + list(m.graph.value_info):
-        if v.type.tensor_type.elem_type == TensorProto.FLOAT:
-            v.type.tensor_type.elem_type = TensorProto.DOUBLE
-    return m
 
 
 def _compare(net, feeds: dict[str, np.ndarray], loss: str | None, rel: float = 2e-3) -> None:
