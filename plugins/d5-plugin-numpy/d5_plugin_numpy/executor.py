@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 import onnx
-from onnx import helper, numpy_helper
+from onnx import numpy_helper
 
 from d5_plugin_numpy.ops import OPERATORS as _LEVEL0
 from d5_plugin_numpy.ops.base import ReferenceOperator
@@ -35,8 +35,9 @@ from d5core.bus import GRAPH_NODE, get_bus
 from d5core.errors import UsageError
 from d5core.levels.networks import GraphExecutor
 from d5core.levels.operators import Operator, TensorDescriptor
+from d5core.networks.nodes import constant_value, node_attributes
 
-__all__ = ["OPERATORS", "NumpyExecutor", "fold_constant", "graph_view", "node_attributes"]
+__all__ = ["OPERATORS", "NumpyExecutor", "graph_view"]
 
 #: Attributes of older opsets that carry no meaning for the opset-13 operators.
 _OBSOLETE = frozenset({"spatial", "is_test", "consumed_inputs", "broadcast"})
@@ -95,36 +96,6 @@ def graph_view(network: Any) -> GraphView:
         for v in list(graph.input) + list(graph.output) + list(graph.value_info)
     }
     return GraphView(opset, nodes, params, trainable, inputs, outputs, dtypes)
-
-
-def node_attributes(node: onnx.NodeProto) -> dict[str, Any]:
-    """The node's attributes as Python values (tensors as numpy arrays)."""
-    attrs: dict[str, Any] = {}
-    for a in node.attribute:
-        value = helper.get_attribute_value(a)
-        if isinstance(value, onnx.TensorProto):
-            value = numpy_helper.to_array(value)
-        attrs[a.name] = value
-    return attrs
-
-
-def fold_constant(node: onnx.NodeProto, inputs: Sequence[np.ndarray]) -> np.ndarray:
-    """The value of a ``Constant`` or ``ConstantOfShape`` node."""
-    attrs = node_attributes(node)
-    if node.op_type == "ConstantOfShape":
-        value = attrs.get("value", np.zeros(1, np.float32))
-        shape = tuple(int(d) for d in np.asarray(inputs[0]).reshape(-1))
-        return np.full(shape, np.asarray(value).reshape(-1)[0], dtype=np.asarray(value).dtype)
-    for key, dtype in (
-        ("value", None),
-        ("value_float", np.float32),
-        ("value_floats", np.float32),
-        ("value_int", np.int64),
-        ("value_ints", np.int64),
-    ):
-        if key in attrs:
-            return np.asarray(attrs[key], dtype=dtype)
-    raise UsageError(f"node {node.name!r} (Constant): no supported value attribute")
 
 
 # -- opset translation --------------------------------------------------------
@@ -266,7 +237,7 @@ class NumpyExecutor(GraphExecutor):
                 )
             try:
                 if node.op_type in _CONSTANTS:
-                    outs = [fold_constant(node, values)]
+                    outs = [constant_value(node, values)]
                 else:
                     step = _translate(node, graph.opset, False)
                     known = dict(zip(ins, values, strict=True))

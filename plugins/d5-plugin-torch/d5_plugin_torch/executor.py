@@ -29,12 +29,13 @@ import numpy as np
 import onnx
 import torch
 import torch.nn.functional as F
-from onnx import helper, numpy_helper
+from onnx import numpy_helper
 
 from d5_plugin_torch.ops._base import resolve_device
 from d5core.bus import GRAPH_NODE, get_bus
 from d5core.errors import UsageError
 from d5core.levels.networks import GraphExecutor
+from d5core.networks.nodes import constant_value, node_attributes
 
 __all__ = ["TorchExecutor"]
 
@@ -45,32 +46,6 @@ Fn = Callable[..., Sequence[Tensor]]
 One = Callable[..., Tensor]
 
 _CONSTANTS = frozenset({"Constant", "ConstantOfShape"})
-
-
-def _attributes(node: onnx.NodeProto) -> dict[str, Any]:
-    attrs: dict[str, Any] = {}
-    for a in node.attribute:
-        value = helper.get_attribute_value(a)
-        if isinstance(value, onnx.TensorProto):
-            value = numpy_helper.to_array(value)
-        elif isinstance(value, bytes):
-            value = value.decode()
-        attrs[a.name] = value
-    return attrs
-
-
-def _constant(node: onnx.NodeProto, inputs: Sequence[np.ndarray]) -> np.ndarray:
-    attrs = _attributes(node)
-    if node.op_type == "ConstantOfShape":
-        value = np.asarray(attrs.get("value", np.zeros(1, np.float32)))
-        shape = tuple(int(d) for d in np.asarray(inputs[0]).reshape(-1))
-        return np.full(shape, value.reshape(-1)[0], dtype=value.dtype)
-    for key, dtype in (("value", None), ("value_float", np.float32),
-                       ("value_floats", np.float32), ("value_int", np.int64),
-                       ("value_ints", np.int64)):  # fmt: skip
-        if key in attrs:
-            return np.asarray(attrs[key], dtype=dtype)
-    raise UsageError(f"node {node.name!r} (Constant): no supported value attribute")
 
 
 @dataclass
@@ -176,7 +151,7 @@ class _Translator:
 
     def translate(self, node: onnx.NodeProto) -> tuple[Fn, list[str]]:
         """The function and the names of the tensor inputs it takes."""
-        a = _attributes(node)
+        a = node_attributes(node)
         method: Callable[[onnx.NodeProto, dict[str, Any]], tuple[Fn, list[str]]] = getattr(
             self, "op_" + node.op_type
         )
@@ -560,7 +535,7 @@ class TorchExecutor(GraphExecutor):
                         "constant for the torch executor"
                     )
                 values.append(value)
-            self._constants[node.output[0]] = _constant(node, values)
+            self._constants[node.output[0]] = constant_value(node, values)
 
     def _translate(self, training: bool) -> list[_Step]:
         translator = _Translator(self, training)
