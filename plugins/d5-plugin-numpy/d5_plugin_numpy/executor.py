@@ -26,7 +26,6 @@ from typing import Any, ClassVar
 
 import numpy as np
 import onnx
-from onnx import numpy_helper
 
 from d5_plugin_numpy.ops import OPERATORS as _LEVEL0
 from d5_plugin_numpy.ops.base import ReferenceOperator
@@ -35,6 +34,7 @@ from d5core.bus import GRAPH_NODE, get_bus
 from d5core.errors import UsageError
 from d5core.levels.networks import GraphExecutor
 from d5core.levels.operators import Operator, TensorDescriptor
+from d5core.networks.network import Network
 from d5core.networks.nodes import constant_value, node_attributes
 
 __all__ = ["OPERATORS", "NumpyExecutor", "graph_view"]
@@ -67,30 +67,16 @@ class GraphView:
     value_dtypes: dict[str, int] = field(default_factory=dict)
 
 
-def graph_view(network: Any) -> GraphView:
-    """A :class:`GraphView` of a ``d5core.networks.Network`` or an ``onnx.ModelProto``."""
-    if isinstance(network, onnx.ModelProto):
-        model = network
-        graph = model.graph
-        opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 13)
-        params = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
-        nodes = []
-        for i, node in enumerate(graph.node):
-            if not node.name:
-                node = onnx.NodeProto.FromString(node.SerializeToString())
-                node.name = f"{node.op_type}_{i}"
-            nodes.append(node)
-        trainable = [n for n, a in params.items() if np.issubdtype(a.dtype, np.floating)]
-        inputs = [v.name for v in graph.input if v.name not in params]
-        outputs = [v.name for v in graph.output]
-    else:
-        params = {k: np.asarray(v) for k, v in network.parameters.items()}
-        nodes = list(network.nodes)
-        opset = int(network.opset)
-        trainable = list(network.trainable)
-        inputs = [v.name for v in network.inputs if v.name not in params]
-        outputs = [v.name for v in network.outputs]
-        graph = network.model.graph
+def graph_view(network: Network) -> GraphView:
+    """A :class:`GraphView` of a network (``GraphExecutor`` has already made any
+    ``onnx.ModelProto`` a ``Network``, with node names filled in)."""
+    params = {k: np.asarray(v) for k, v in network.parameters.items()}
+    nodes = list(network.nodes)
+    opset = int(network.opset)
+    trainable = list(network.trainable)
+    inputs = [v.name for v in network.inputs if v.name not in params]
+    outputs = [v.name for v in network.outputs]
+    graph = network.model.graph
     dtypes = {
         v.name: v.type.tensor_type.elem_type
         for v in list(graph.input) + list(graph.output) + list(graph.value_info)
@@ -197,7 +183,7 @@ class NumpyExecutor(GraphExecutor):
         super().__init__(network, device=device)
         if device != "cpu":
             raise UsageError(f"the numpy executor runs on 'cpu' only, not {device!r}")
-        self._graph = graph_view(getattr(self, "network", network))
+        self._graph = graph_view(self.network)
         self.check_supported()
         #: Parameters by name (initializers), as the executor holds them.
         self.parameters: dict[str, np.ndarray] = dict(self._graph.parameters)

@@ -29,12 +29,12 @@ import numpy as np
 import onnx
 import torch
 import torch.nn.functional as F
-from onnx import numpy_helper
 
 from d5_plugin_torch.ops._base import resolve_device
 from d5core.bus import GRAPH_NODE, get_bus
 from d5core.errors import UsageError
 from d5core.levels.networks import GraphExecutor
+from d5core.networks.network import Network
 from d5core.networks.nodes import constant_value, node_attributes
 
 __all__ = ["TorchExecutor"]
@@ -58,20 +58,9 @@ class _Graph:
     outputs: list[str]
 
 
-def _graph(network: Any) -> _Graph:
-    if isinstance(network, onnx.ModelProto):
-        g = network.graph
-        opset = next((o.version for o in network.opset_import if o.domain in ("", "ai.onnx")), 13)
-        params = {t.name: numpy_helper.to_array(t) for t in g.initializer}
-        nodes = []
-        for i, node in enumerate(g.node):
-            if not node.name:
-                node = onnx.NodeProto.FromString(node.SerializeToString())
-                node.name = f"{node.op_type}_{i}"
-            nodes.append(node)
-        trainable = [n for n, a in params.items() if np.issubdtype(a.dtype, np.floating)]
-        inputs = [v.name for v in g.input if v.name not in params]
-        return _Graph(opset, nodes, params, trainable, inputs, [v.name for v in g.output])
+def _graph(network: Network) -> _Graph:
+    """The graph as the translator reads it (``GraphExecutor`` has already made any
+    ``onnx.ModelProto`` a ``Network``, with node names filled in)."""
     params = {k: np.asarray(v) for k, v in network.parameters.items()}
     return _Graph(
         int(network.opset),
@@ -494,7 +483,7 @@ class TorchExecutor(GraphExecutor):
     def __init__(self, network: Any, *, device: str = "cpu") -> None:
         super().__init__(network, device=device)
         self.torch_device = resolve_device(device)
-        self._graph = _graph(getattr(self, "network", network))
+        self._graph = _graph(self.network)
         self.check_supported()
         self._trainable_set = set(self._graph.trainable)
         #: Running statistics of the last training pass, by BatchNormalization input name.
