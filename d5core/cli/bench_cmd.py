@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 from rich.table import Table
@@ -14,6 +15,35 @@ from d5core.cli.output import console, print_json
 from d5core.errors import UsageError
 
 __all__ = ["bench", "measure_options"]
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def sampling_options(*, time_budget: float) -> Callable[[_F], _F]:
+    """The measurement engine's options, alike on every ``d5 bench`` command."""
+
+    def decorate(fn: _F) -> _F:
+        for option in reversed(
+            [
+                click.option("--min-samples", default=10, show_default=True),
+                click.option("--max-samples", default=1000, show_default=True),
+                click.option(
+                    "--time-budget",
+                    default=time_budget,
+                    show_default=True,
+                    help="Seconds per measurement.",
+                ),
+                click.option(
+                    "--rel-ci", default=0.01, show_default=True, help="Stop at CI within ± this."
+                ),
+                click.option("--warmup", default=3, show_default=True, help="Untimed runs first."),
+            ]
+        ):
+            fn = option(fn)
+        return fn
+
+    return decorate
 
 
 @click.group("bench")
@@ -60,11 +90,7 @@ def _fmt_time(seconds: float) -> str:
 )
 @click.option("--dtype", default="float32", show_default=True)
 @click.option("--seed", default=0, show_default=True, help="Seed of the generated inputs.")
-@click.option("--min-samples", default=10, show_default=True)
-@click.option("--max-samples", default=1000, show_default=True)
-@click.option("--time-budget", default=5.0, show_default=True, help="Seconds per measurement.")
-@click.option("--rel-ci", default=0.01, show_default=True, help="Stop at CI within ± this.")
-@click.option("--warmup", default=3, show_default=True, help="Untimed calls first.")
+@sampling_options(time_budget=5.0)
 @json_option
 @db_option
 def bench_op(
@@ -189,11 +215,7 @@ def bench_op(
 )
 @click.option("--breakdown", is_flag=True, help="Also time every node (a separate run).")
 @click.option("--seed", default=0, show_default=True, help="Seed of the generated feeds.")
-@click.option("--min-samples", default=10, show_default=True)
-@click.option("--max-samples", default=1000, show_default=True)
-@click.option("--time-budget", default=10.0, show_default=True, help="Seconds per measurement.")
-@click.option("--rel-ci", default=0.01, show_default=True, help="Stop at CI within ± this.")
-@click.option("--warmup", default=3, show_default=True, help="Untimed steps first.")
+@sampling_options(time_budget=10.0)
 @json_option
 @db_option
 def bench_net(
