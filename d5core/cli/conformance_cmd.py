@@ -100,11 +100,19 @@ def conformance(
             "ok": check.ok,
             "newly_failing": check.newly_failing,
             "newly_passing": check.newly_passing,
+            "version_changes": check.version_changes,
         }
     if update_baseline and baseline is not None:
         write_baseline(baseline, report)
         data["baseline"] = {"file": str(baseline), "updated": True}
 
+    if check is not None and check.version_changes:
+        click.echo(
+            f"d5: warning: the baseline for {executor} in {baseline} was recorded with other "
+            f"versions ({', '.join(check.version_changes)}); its counts may not apply: "
+            "re-record it with --update-baseline",
+            err=True,
+        )
     if as_json:
         print_json(data)
     else:

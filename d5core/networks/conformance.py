@@ -385,6 +385,9 @@ class ConformanceReport:
     limit: int | None = None
     onnx_version: str = ""
     seconds: float = 0.0
+    #: Installed versions of what the result depends on: the onnx package (the source
+    #: of the cases), the executor's distribution and its requirements.
+    versions: dict[str, str] = field(default_factory=dict)
 
     @property
     def complete(self) -> bool:
@@ -433,6 +436,7 @@ class ConformanceReport:
         return {
             "executor": self.executor,
             "onnx": self.onnx_version,
+            "versions": self.versions,
             "pattern": self.pattern,
             "limit": self.limit,
             "total": self.total,
@@ -468,10 +472,13 @@ def run_conformance(
     import onnx
 
     from d5core.plugins import get_plugin_manager
+    from d5core.plugins.catalog import installed_versions
 
     if limit is not None and limit < 0:
         raise UsageError(f"--limit must be 0 or more, not {limit}")
-    factory = get_plugin_manager().load("d5.frameworks", executor)
+    manager = get_plugin_manager()
+    factory = manager.load("d5.frameworks", executor)
+    versions = installed_versions(manager.record("d5.frameworks", executor).distribution)
     started = time.perf_counter()
     cases = node_cases(pattern, data_dir=data_dir)
     single = {c.name: c.model.graph.node[0].op_type for c in cases if len(c.model.graph.node) == 1}
@@ -479,7 +486,11 @@ def run_conformance(
     if limit is not None:
         cases = cases[:limit]
     report = ConformanceReport(
-        executor, pattern=pattern, limit=limit, onnx_version=onnx.__version__
+        executor,
+        pattern=pattern,
+        limit=limit,
+        onnx_version=onnx.__version__,
+        versions={**versions, "onnx": onnx.__version__},
     )
     for case in cases:
         res = run_case(
@@ -518,6 +529,9 @@ class BaselineCheck:
     newly_failing: list[str]
     #: Cases that pass now and are not in the baseline, sorted.
     newly_passing: list[str]
+    #: Packages whose installed version differs from the one the baseline was recorded
+    #: with, as ``"name 1.0 -> 1.1"`` (``"name (not recorded)"`` for an old baseline).
+    version_changes: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -526,7 +540,8 @@ class BaselineCheck:
 
 
 def load_baseline(path: str | Path) -> dict[str, Any]:
-    """Read a baseline file: ``{executor: {"passed": n, "total": m, "passing": [...]}}``.
+    """Read a baseline file: ``{executor: {"passed": n, "total": m, "passing": [...],
+    "versions": {package: version}}}``.
 
     :raises UsageError: when it cannot be read or is not of that form.
     """
@@ -572,7 +587,19 @@ def check_baseline(report: ConformanceReport, baseline: Mapping[str, Any]) -> Ba
         passed=report.passed,
         newly_failing=sorted((listed & ran) - passing),
         newly_passing=sorted(passing - listed) if listed else [],
+        version_changes=_version_changes(entry.get("versions"), report.versions),
     )
+
+
+def _version_changes(recorded: object, installed: Mapping[str, str]) -> list[str]:
+    """What differs between a baseline's recorded versions and the installed ones."""
+    if not isinstance(recorded, Mapping):
+        return [f"{name} (not recorded)" for name in sorted(installed)]
+    return [
+        f"{name} {recorded.get(name, '(none)')} -> {version}"
+        for name, version in sorted(installed.items())
+        if recorded.get(name) != version
+    ]
 
 
 def update_baseline(path: str | Path, report: ConformanceReport) -> dict[str, Any]:
@@ -588,6 +615,7 @@ def update_baseline(path: str | Path, report: ConformanceReport) -> dict[str, An
         "passed": report.passed,
         "total": report.total,
         "passing": report.passing,
+        "versions": report.versions,
     }
     data = dict(sorted(data.items()))
     path.parent.mkdir(parents=True, exist_ok=True)

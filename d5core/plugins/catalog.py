@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import importlib.metadata as md
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from packaging.markers import default_environment
@@ -13,7 +13,7 @@ from packaging.utils import canonicalize_name
 from d5core.plugins.groups import GROUPS
 from d5core.plugins.records import PluginRecord
 
-__all__ = ["Catalog", "discover", "unmet_requirement"]
+__all__ = ["Catalog", "discover", "installed_versions", "unmet_requirement"]
 
 
 @dataclass
@@ -61,20 +61,26 @@ def discover(groups: Iterable[str] = GROUPS) -> Catalog:
     return Catalog(records=records, distributions=dists, entry_points=eps)
 
 
-def unmet_requirement(dist: md.Distribution) -> str | None:
-    """Return a one-line problem if one of ``dist``'s own requirements is not installed.
-
-    Requirements behind an extra (``; extra == "..."``) are optional and not checked.
-    The check reads metadata only, so a framework is never imported to find out.
-    """
+def _own_requirements(dist: md.Distribution) -> Iterator[Requirement]:
+    """``dist``'s requirements that apply here; those behind an extra (``; extra ==
+    "..."``) are optional and left out, and so are lines that do not parse."""
     env: dict[str, str] = {k: str(v) for k, v in default_environment().items()}
     for line in dist.requires or ():
         try:
             req = Requirement(line)
         except InvalidRequirement:
             continue
-        if req.marker is not None and not req.marker.evaluate({**env, "extra": ""}):
-            continue
+        if req.marker is None or req.marker.evaluate({**env, "extra": ""}):
+            yield req
+
+
+def unmet_requirement(dist: md.Distribution) -> str | None:
+    """Return a one-line problem if one of ``dist``'s own requirements is not installed.
+
+    Optional requirements are not checked. The check reads metadata only, so a framework
+    is never imported to find out.
+    """
+    for req in _own_requirements(dist):
         try:
             found = md.version(req.name)
         except md.PackageNotFoundError:
@@ -82,3 +88,22 @@ def unmet_requirement(dist: md.Distribution) -> str | None:
         if req.specifier and not req.specifier.contains(found, prereleases=True):
             return f"needs {req} but {req.name} {found} is installed: pip install '{req}'"
     return None
+
+
+def installed_versions(distribution: str) -> dict[str, str]:
+    """The installed versions of ``distribution`` and of its own (non-optional)
+    requirements, by name: what a result produced through that plugin depends on.
+
+    Read from metadata only; a requirement that is not installed is left out.
+    """
+    try:
+        dist = md.distribution(distribution)
+    except md.PackageNotFoundError:
+        return {}
+    versions = {distribution: dist.version}
+    for req in _own_requirements(dist):
+        try:
+            versions[req.name] = md.version(req.name)
+        except md.PackageNotFoundError:
+            continue
+    return dict(sorted(versions.items()))

@@ -17,6 +17,7 @@ from d5core.networks.conformance import (
     run_case,
     run_conformance,
 )
+from d5core.plugins.catalog import installed_versions
 
 pytest.importorskip("d5_plugin_onnxruntime", reason="d5-plugin-onnxruntime is not installed")
 
@@ -103,8 +104,22 @@ def test_bad_pattern_and_unknown_executor_are_usage_errors(d5_cli) -> None:
     assert result.exit_code == 2
 
 
+def _installed(executor: str) -> dict[str, str]:
+    """The versions a baseline of ``executor`` recorded here would hold."""
+    import onnx
+
+    from d5core.plugins import get_plugin_manager
+
+    distribution = get_plugin_manager().record("d5.frameworks", executor).distribution
+    return {**installed_versions(distribution), "onnx": onnx.__version__}
+
+
 def _baseline(path: Path, passed: int, passing: list[str] | None = None) -> Path:
-    entry: dict[str, object] = {"passed": passed, "total": 1884}
+    entry: dict[str, object] = {
+        "passed": passed,
+        "total": 1884,
+        "versions": _installed("onnxruntime"),
+    }
     if passing is not None:
         entry["passing"] = passing
     path.write_text(json.dumps({"onnxruntime": entry}))
@@ -174,3 +189,37 @@ def test_pass_count_does_not_fall_below_the_checked_in_baseline(executor, d5_cli
     baseline = Path(__file__).resolve().parents[2] / "conformance" / "baseline.json"
     result = d5_cli("conformance", executor, "--baseline", str(baseline), "--no-failures")
     assert result.exit_code == 0, result.stderr
+
+
+def test_checked_in_baseline_matches_the_installed_framework_versions() -> None:
+    """The pins in the plugins' pyproject.toml and conformance/baseline.json move together:
+    a baseline counted with another onnxruntime (or torch, or onnx) is not this one's."""
+    baseline = json.loads(
+        (Path(__file__).parents[2] / "conformance" / "baseline.json").read_text()
+    )
+    for executor, entry in baseline.items():
+        assert entry.get("versions") == _installed(executor), executor
+
+
+def test_baseline_from_other_versions_is_named_in_a_warning(d5_cli, tmp_path) -> None:
+    baseline = _baseline(tmp_path / "b.json", 1, ["test_relu"])
+    data = json.loads(baseline.read_text())
+    data["onnxruntime"]["versions"]["onnxruntime"] = "1.31.1"
+    baseline.write_text(json.dumps(data))
+    result = d5_cli(
+        "conformance", "onnxruntime", "--pattern", "^test_relu$", "--baseline", str(baseline)
+    )
+    assert result.exit_code == 0, result.stderr
+    installed = _installed("onnxruntime")["onnxruntime"]
+    assert f"onnxruntime 1.31.1 -> {installed}" in result.stderr
+    assert "re-record it with --update-baseline" in result.stderr
+
+
+def test_recorded_baseline_keeps_the_versions_it_was_counted_with(tmp_path) -> None:
+    from d5core.networks.conformance import update_baseline
+
+    report = run_conformance("onnxruntime", pattern="^test_relu$")
+    report.pattern = None  # recorded as if complete: only the versions matter here
+    written = update_baseline(tmp_path / "b.json", report)
+    assert written["onnxruntime"]["versions"] == _installed("onnxruntime")
+    assert check_baseline(report, written).version_changes == []

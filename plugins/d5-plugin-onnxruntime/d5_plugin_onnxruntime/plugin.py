@@ -42,7 +42,7 @@ def d5_plugin_check() -> list[str]:
 
         from d5_plugin_onnxruntime.executor import OnnxRuntimeExecutor
     except Exception as exc:
-        return [f"cannot import onnxruntime ({exc}); pip install 'onnxruntime>=1.17'"]
+        return [f"cannot import onnxruntime ({exc}); pip install 'onnxruntime==1.32.0'"]
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 2])
     graph = helper.make_graph(
