@@ -16,12 +16,14 @@ from pathlib import Path
 from typing import Any
 
 import click
+from rich.markup import escape
 from rich.table import Table
 
 from d5core.cli.options import db_option, json_option
 from d5core.cli.output import console, print_json
 from d5core.errors import CheckFailed, UsageError
-from d5core.results.store import MeasurementRecord, ResultsStore, RunRecord
+from d5core.results.load import LoadAverage, load_difference, run_load_warnings
+from d5core.results.store import MeasurementRecord, MetricRecord, ResultsStore, RunRecord
 
 __all__ = ["results"]
 
@@ -35,8 +37,9 @@ _STATUS_STYLE = {
     "failed": "bold red",
     "diverged": "yellow",
     "incomplete": "magenta",
+    "interrupted": "magenta",
 }
-_VERDICT_STYLE = {"faster": "bold green", "slower": "bold red", "same": "dim"}
+_VERDICT_STYLE = {"better": "bold green", "worse": "bold red", "same": "dim", "changed": "yellow"}
 _CSV_COLUMNS = (
     "run_id",
     "run_kind",
@@ -119,9 +122,17 @@ def _status(status: str) -> str:
     return f"[{_STATUS_STYLE.get(status, '')}]{status}[/]" if status in _STATUS_STYLE else status
 
 
-def _lower_is_better(unit: str) -> bool:
-    """Costs (times, bytes, joules) are better lower; rates (``.../s``) higher."""
-    return not unit.endswith("/s")
+def _load_text(run: RunRecord) -> str:
+    """The run's load average at its start and end."""
+
+    def one(load: LoadAverage | None) -> str:
+        return "not recorded" if load is None else load.describe()
+
+    return f"start {one(run.load_start)}; end {one(run.load_end)}"
+
+
+def _load_line(run: RunRecord) -> str:
+    return f"load         {_load_text(run)}"
 
 
 # -- list ---------------------------------------------------------------------------
@@ -214,7 +225,7 @@ def _measurement_table(title: str, rows: Sequence[MeasurementRecord]) -> Table:
     table = Table(title=title, title_justify="left")
     for column in ("id", "metric", "labels", "n", "median [95% CI]", "IQR", "outliers"):
         table.add_column(column, overflow="fold")
-    for column in ("stability", "blocked", "stopped by"):
+    for column in ("stability", "blocked", "stopped by", "better"):
         table.add_column(column)
     for m in rows:
         s = m.summary or {}
@@ -232,6 +243,7 @@ def _measurement_table(title: str, rows: Sequence[MeasurementRecord]) -> Table:
             str(s.get("stability", "-")),
             blocked,
             m.stopped_by or "-",
+            m.better or "-",
         )
     return table
 
@@ -248,8 +260,10 @@ def show_run(run: str, samples: bool, as_json: bool, db: Path | None) -> None:
     """
     with _open(db) as store:
         record = store.get_run(run)
+        warnings = run_load_warnings(record.load_start, record.load_end)
         if as_json:
-            print_json(store.run_document(record.id, samples=samples))
+            document = store.run_document(record.id, samples=samples)
+            print_json({**document, "load_warnings": warnings})
             return
         env = store.environment(record.id)
         measurements = store.measurements(record.id)
@@ -270,16 +284,19 @@ def show_run(run: str, samples: bool, as_json: bool, db: Path | None) -> None:
     out.print("environment", style="bold")
     for line in _environment_lines(env, record.fingerprint):
         out.print("  " + line, markup=False, highlight=False)
+    out.print("  " + _load_line(record), markup=False, highlight=False)
+    for warning in warnings:
+        out.print(f"WARNING: {warning}", style="bold yellow", markup=False, highlight=False)
     if measurements:
         out.print(_measurement_table("measurements", measurements))
     else:
         out.print("no measurements")
     if metrics:
         table = Table(title="metrics", title_justify="left")
-        for column in ("name", "labels", "value", "unit"):
+        for column in ("name", "labels", "value", "unit", "better"):
             table.add_column(column)
         for k in metrics:
-            table.add_row(k.name, _labels(k.labels), _num(k.value), k.unit)
+            table.add_row(k.name, _labels(k.labels), _num(k.value), k.unit, k.better or "-")
         out.print(table)
 
 
@@ -363,16 +380,16 @@ def export_runs(
 
 # -- compare ---------------------------------------------------------------------------
 
+_Group = tuple[MeasurementRecord, list[float], set[str | None]]
 
-def _grouped(
-    store: ResultsStore, run_id: str
-) -> dict[tuple[str, str], tuple[MeasurementRecord, list[float], int]]:
+
+def _grouped(store: ResultsStore, run_id: str) -> dict[tuple[str, str], _Group]:
     """Samples per (metric, labels): measurements repeated in one run are pooled."""
-    groups: dict[tuple[str, str], tuple[MeasurementRecord, list[float], int]] = {}
+    groups: dict[tuple[str, str], _Group] = {}
     for m in store.measurements(run_id):
         key = (m.metric, json.dumps(m.labels, sort_keys=True))
-        first, values, count = groups.get(key, (m, [], 0))
-        groups[key] = (first, values + store.samples(m.id), count + 1)
+        first, values, directions = groups.get(key, (m, [], set()))
+        groups[key] = (first, values + store.samples(m.id), directions | {m.better})
     return groups
 
 
@@ -387,10 +404,32 @@ def _brief(run: RunRecord) -> dict[str, Any]:
     }
 
 
+def _lower_is_better(better: str | None) -> bool | None:
+    return None if better is None else better == "lower"
+
+
+def _moved(change: str, unit: str) -> str:
+    """How the candidate moved, in words: slower or faster for times and rates."""
+    if change not in ("higher", "lower"):
+        return change
+    if unit in ("s", "ms", "us", "µs", "ns"):
+        return "slower" if change == "higher" else "faster"
+    if unit.endswith("/s"):
+        return "faster" if change == "higher" else "slower"
+    return change
+
+
+def _verdict_text(row: Mapping[str, Any]) -> str:
+    """``worse (slower)``, ``better (higher)``, ``changed (lower)`` or ``same``."""
+    verdict, change = row.get("verdict"), row.get("change")
+    if verdict is None:
+        return "-"
+    moved = "" if change in (None, "none") else f" ({_moved(change, row['unit'])})"
+    return f"{verdict}{moved}"
+
+
 def _compare_one(
-    metric: str,
-    labels: Mapping[str, Any],
-    unit: str,
+    first: MeasurementRecord,
     base: Sequence[float],
     cand: Sequence[float],
     alpha: float,
@@ -399,11 +438,12 @@ def _compare_one(
     from d5core.measure.compare import compare
     from d5core.measure.stats import summarize
 
-    lower = _lower_is_better(unit)
+    lower = _lower_is_better(first.better)
     row: dict[str, Any] = {
-        "metric": metric,
-        "labels": dict(labels),
-        "unit": unit,
+        "metric": first.metric,
+        "labels": dict(first.labels),
+        "unit": first.unit,
+        "better": first.better,
         "lower_is_better": lower,
     }
     try:
@@ -418,34 +458,106 @@ def _compare_one(
     return row
 
 
+def _measurement_rows(
+    ga: Mapping[tuple[str, str], _Group],
+    gb: Mapping[tuple[str, str], _Group],
+    alpha: float,
+    min_effect: float,
+) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    for key, (first, values, directions) in ga.items():
+        if key not in gb:
+            continue
+        other, other_values, other_directions = gb[key]
+        problem = None
+        if first.unit != other.unit:
+            problem = f"units differ: {first.unit!r} vs {other.unit!r}"
+        elif len(directions | other_directions) > 1:
+            shown = " vs ".join(sorted(str(d) for d in directions | other_directions))
+            problem = f"the runs disagree on which direction is better: {shown}"
+        if problem is not None:
+            rows.append(
+                {"metric": first.metric, "labels": first.labels, "unit": first.unit,
+                 "error": problem}
+            )  # fmt: skip
+            continue
+        rows.append(_compare_one(first, values, other_values, alpha, min_effect))
+    return rows
+
+
+def _scalar_change(baseline: float, candidate: float, min_effect: float) -> str | None:
+    """``higher``, ``lower`` or ``none`` (within ``min_effect``); ``None`` for NaN."""
+    if not (math.isfinite(baseline) and math.isfinite(candidate)):
+        return None
+    if candidate == baseline or (baseline != 0.0 and abs(candidate / baseline - 1.0) <= min_effect):
+        return "none"
+    return "higher" if candidate > baseline else "lower"
+
+
 def _metric_rows(
-    store: ResultsStore, a: RunRecord, b: RunRecord
+    store: ResultsStore, a: RunRecord, b: RunRecord, min_effect: float
 ) -> tuple[list[dict[str, Any]], set[str]]:
-    def by_key(run: RunRecord) -> dict[tuple[str, str], tuple[float, str, dict[str, Any]]]:
-        return {
-            (k.name, json.dumps(k.labels, sort_keys=True)): (k.value, k.unit, k.labels)
-            for k in store.metrics(run.id)
-        }
+    """Scalar metrics found in both runs, side by side with their ratio and an untested
+    verdict (one value per run is not a sample: no significance test is possible)."""
+    from d5core.measure.compare import judge
+
+    def by_key(run: RunRecord) -> dict[tuple[str, str], MetricRecord]:
+        return {(k.name, json.dumps(k.labels, sort_keys=True)): k for k in store.metrics(run.id)}
 
     ma, mb = by_key(a), by_key(b)
     rows = []
-    for key, (va, unit, labels) in ma.items():
+    for key, ka in ma.items():
         if key not in mb:
             continue
-        vb = mb[key][0]
+        va, vb = ka.value, mb[key].value
         ratio = vb / va if va not in (0.0,) and math.isfinite(va) and math.isfinite(vb) else None
+        better = ka.better if ka.better == mb[key].better else None
+        change = _scalar_change(va, vb, min_effect)
         rows.append(
             {
                 "name": key[0],
-                "labels": labels,
-                "unit": unit,
+                "labels": ka.labels,
+                "unit": ka.unit,
+                "better": better,
                 "baseline": None if math.isnan(va) else va,
                 "candidate": None if math.isnan(vb) else vb,
                 "ratio": ratio,
+                "change": change,
+                "verdict": None if change is None else judge(change, _lower_is_better(better)),
+                "tested": False,
             }
         )
     unmatched = {k[0] for k in set(ma) ^ set(mb)}
     return rows, unmatched
+
+
+def _load_report(a: RunRecord, b: RunRecord) -> dict[str, Any]:
+    """Both runs' load averages and a warning for each busy run and for differing loads."""
+    warnings = [
+        f"{label} {run.id}: {w}"
+        for label, run in (("baseline", a), ("candidate", b))
+        for w in run_load_warnings(run.load_start, run.load_end)
+    ]
+    differed = load_difference((a.load_start, a.load_end), (b.load_start, b.load_end))
+    if differed:
+        warnings.append(differed)
+
+    def loads(run: RunRecord) -> dict[str, Any]:
+        return {
+            "start": None if run.load_start is None else run.load_start.to_json(),
+            "end": None if run.load_end is None else run.load_end.to_json(),
+        }
+
+    return {"baseline": loads(a), "candidate": loads(b), "warnings": warnings}
+
+
+def _worse_names(rows: Sequence[Mapping[str, Any]]) -> str:
+    return ", ".join(
+        r["metric"]
+        + (f" ({_labels(r['labels'])})" if r["labels"] else "")
+        + f" ({_moved(r['change'], r['unit'])})"
+        for r in rows
+    )
 
 
 @results.command("compare")
@@ -455,19 +567,29 @@ def _metric_rows(
     "--alpha",
     type=click.FloatRange(0.0, 1.0, min_open=True, max_open=True),
     default=None,
-    help="Significance level of the Mann–Whitney U test (default: d5's, see docs/measurement.md).",
+    help="Significance level of the Mann–Whitney U test (default: d5's, 0.01; see "
+    "docs/measurement.md).",
 )
 @click.option(
     "--min-effect",
     type=click.FloatRange(0.0, min_open=False),
     default=None,
-    help="Smallest relative change of the median reported as faster or slower "
-    "(default: d5's, 0.02 = 2%).",
+    help="Smallest relative change of the median reported as better or worse "
+    "(default: d5's, 0.05 = 5%).",
+)
+@click.option(
+    "--fail-if-worse",
+    "fail_if_worse",
+    is_flag=True,
+    help="Exit with code 1 when any measurement of CANDIDATE is significantly worse "
+    "(slower, less accurate, ...).",
 )
 @click.option(
     "--fail-if-slower",
+    "fail_if_worse",
     is_flag=True,
-    help="Exit with code 1 when any measurement of CANDIDATE is significantly slower.",
+    hidden=True,
+    help="Old name of --fail-if-worse.",
 )
 @json_option
 @db_option
@@ -476,7 +598,7 @@ def compare_runs(
     candidate: str,
     alpha: float | None,
     min_effect: float | None,
-    fail_if_slower: bool,
+    fail_if_worse: bool,
     as_json: bool,
     db: Path | None,
 ) -> None:
@@ -484,9 +606,11 @@ def compare_runs(
 
     Measurements are paired by metric and labels. For each pair: both medians with
     their confidence intervals, the ratio CANDIDATE/BASELINE of the medians with its
-    interval, the two-sided Mann–Whitney U p-value on the raw samples, the effect size
-    and the verdict (faster, slower or same). Runs measured in different environments
-    are compared with a warning naming what differs.
+    interval, the two-sided Mann–Whitney U p-value, the effect size and the verdict:
+    better, worse or same, by the direction each quantity declares (lower is better for
+    times and losses, higher for accuracies and rates). Runs measured in different
+    environments, on a busy machine or under different loads are compared with a
+    warning naming what differs.
     """
     from d5core.environment import environment_differences, environment_fingerprint
     from d5core.measure.compare import DEFAULT_ALPHA, DEFAULT_MIN_EFFECT
@@ -497,34 +621,16 @@ def compare_runs(
         a, b = store.get_run(baseline), store.get_run(candidate)
         env_a, env_b = store.environment(a.id), store.environment(b.id)
         ga, gb = _grouped(store, a.id), _grouped(store, b.id)
-        metric_rows, metrics_unmatched = _metric_rows(store, a, b)
+        metric_rows, metrics_unmatched = _metric_rows(store, a, b, effect)
 
     # Recomputed from the stored environments, so runs stored by an older d5 compare
     # by today's rules.
     same_env = environment_fingerprint(env_a) == environment_fingerprint(env_b)
     differences = [] if same_env else environment_differences(env_a, env_b)
-    rows: list[dict[str, Any]] = []
-    for key, (first, values, _count) in ga.items():
-        if key not in gb:
-            continue
-        other, other_values, _ = gb[key]
-        if first.unit != other.unit:
-            rows.append(
-                {
-                    "metric": first.metric,
-                    "labels": first.labels,
-                    "unit": first.unit,
-                    "error": f"units differ: {first.unit!r} vs {other.unit!r}",
-                }
-            )
-            continue
-        rows.append(
-            _compare_one(
-                first.metric, first.labels, first.unit, values, other_values, level, effect
-            )
-        )
+    rows = _measurement_rows(ga, gb, level, effect)
     only_a = [{"metric": k[0], "labels": json.loads(k[1])} for k in ga if k not in gb]
     only_b = [{"metric": k[0], "labels": json.loads(k[1])} for k in gb if k not in ga]
+    load = _load_report(a, b)
 
     for run in (a, b):
         if run.status != "complete":
@@ -535,6 +641,8 @@ def compare_runs(
             f"runs {a.id} and {b.id} were measured in different environments "
             f"({shown or 'fingerprints differ'}); differences may come from the environment"
         )
+    for warning in load["warnings"]:
+        _warn(warning)
     if not rows and not metric_rows:
         _warn(f"runs {a.id} and {b.id} have no measurement or metric in common")
 
@@ -547,6 +655,7 @@ def compare_runs(
                 "min_effect": effect,
                 "same_environment": same_env,
                 "environment_differences": differences,
+                "load": load,
                 "comparisons": rows,
                 "only_in_baseline": only_a,
                 "only_in_candidate": only_b,
@@ -555,14 +664,12 @@ def compare_runs(
         )
     else:
         _print_comparison(
-            a,
-            b,
-            level,
-            effect,
+            (a, b),
+            (level, effect),
             differences if not same_env else None,
+            load,
             rows,
-            only_a,
-            only_b,
+            (only_a, only_b),
             metric_rows,
         )
         if metrics_unmatched:
@@ -571,28 +678,27 @@ def compare_runs(
                 highlight=False,
             )
 
-    slower = [r for r in rows if r.get("verdict") == "slower"]
-    if fail_if_slower and slower:
-        names = ", ".join(
-            r["metric"] + (f" ({_labels(r['labels'])})" if r["labels"] else "") for r in slower
-        )
-        raise CheckFailed(f"run {b.id} is slower than {a.id} in: {names}")
+    worse = [r for r in rows if r.get("verdict") == "worse"]
+    if fail_if_worse and worse:
+        raise CheckFailed(f"run {b.id} is worse than {a.id} in: {_worse_names(worse)}")
 
 
-def _print_comparison(
+def _print_header(
     a: RunRecord,
     b: RunRecord,
     alpha: float,
     min_effect: float,
     differences: Sequence[str] | None,
-    rows: Sequence[Mapping[str, Any]],
-    only_a: Sequence[Mapping[str, Any]],
-    only_b: Sequence[Mapping[str, Any]],
-    metric_rows: Sequence[Mapping[str, Any]],
+    load: Mapping[str, Any],
 ) -> None:
     out = console()
-    out.print(f"baseline  {a.id}  {a.kind} {a.name}  ({a.status}, {_when(a.created)} UTC)")
-    out.print(f"candidate {b.id}  {b.kind} {b.name}  ({b.status}, {_when(b.created)} UTC)")
+    for label, run in (("baseline ", a), ("candidate", b)):
+        out.print(
+            f"{label} {run.id}  {run.kind} {run.name}  ({run.status}, {_when(run.created)} "
+            f"UTC); load {_load_text(run)}",
+            markup=False,
+            highlight=False,
+        )
     if differences is not None:
         out.print(
             "WARNING: the runs were measured in different environments; differences may "
@@ -603,60 +709,113 @@ def _print_comparison(
         )
         for line in differences or ["(fingerprints differ)"]:
             out.print(f"  {line}", markup=False, highlight=False)
+    for warning in load["warnings"]:
+        out.print(f"WARNING: {warning}", style="bold yellow", markup=False, highlight=False)
     env_line = "same environment" if differences is None else "different environments"
     out.print(
         f"{env_line}; ratio = candidate / baseline; a verdict other than 'same' needs "
         f"Mann–Whitney U p < {alpha:g} (two-sided) and a change of the median above "
-        f"{min_effect:.1%}",
+        f"{min_effect:.1%}; better or worse by each quantity's direction (lower is better "
+        "for times and losses, higher for accuracies and rates)",
         markup=False,
         highlight=False,
     )
+
+
+def _print_comparison(
+    runs: tuple[RunRecord, RunRecord],
+    levels: tuple[float, float],
+    differences: Sequence[str] | None,
+    load: Mapping[str, Any],
+    rows: Sequence[Mapping[str, Any]],
+    only: tuple[Sequence[Mapping[str, Any]], Sequence[Mapping[str, Any]]],
+    metric_rows: Sequence[Mapping[str, Any]],
+) -> None:
+    out = console()
+    _print_header(*runs, *levels, differences, load)
     if rows:
-        table = Table(title="measurements", title_justify="left")
-        for column in ("metric", "labels", "baseline median [CI]", "candidate median [CI]"):
-            table.add_column(column, overflow="fold")
-        for column in ("ratio [CI]", "p-value", "effect", "verdict"):
-            table.add_column(column)
-        for r in rows:
-            if "error" in r:
-                table.add_row(
-                    r["metric"], _labels(r["labels"]), "-", "-", "-", "-", "-", "not compared"
-                )
-                table.add_row("", f"  {r['error']}", "", "", "", "", "", "")
-                continue
-            unit = r["unit"]
-            ratio = f"{r['ratio']:.3f} [{r['ratio_ci_low']:.3f}, {r['ratio_ci_high']:.3f}]"
-            verdict = r["verdict"]
-            table.add_row(
-                r["metric"],
-                _labels(r["labels"]),
-                _median_ci(r["baseline"], unit),
-                _median_ci(r["candidate"], unit),
-                ratio,
-                f"{r['p_value']:.3g}",
-                f"{r['effect_size']:.3g}",
-                f"[{_VERDICT_STYLE.get(verdict, '')}]{verdict}[/]",
-            )
-        out.print(table)
-    for label, only in (("baseline", only_a), ("candidate", only_b)):
-        if only:
+        out.print(_comparison_table(rows))
+    for label, items in zip(("baseline", "candidate"), only, strict=True):
+        if items:
             names = ", ".join(
-                m["metric"] + (f" ({_labels(m['labels'])})" if m["labels"] else "") for m in only
+                m["metric"] + (f" ({_labels(m['labels'])})" if m["labels"] else "") for m in items
             )
             out.print(f"only in the {label}: {names}", markup=False, highlight=False)
     if metric_rows:
-        table = Table(title="metrics", title_justify="left")
-        for column in ("name", "labels", "baseline", "candidate", "ratio"):
-            table.add_column(column)
-        for m in metric_rows:
+        out.print(_metrics_table(metric_rows, levels[1]))
+
+
+def _comparison_table(rows: Sequence[Mapping[str, Any]]) -> Table:
+    table = Table(title="measurements", title_justify="left")
+    for column in ("metric", "labels", "baseline median [CI]", "candidate median [CI]"):
+        table.add_column(column, overflow="fold")
+    for column in ("ratio [CI]", "p-value", "effect", "better", "verdict"):
+        table.add_column(column)
+    for r in rows:
+        if "error" in r:
             table.add_row(
-                m["name"],
-                _labels(m["labels"]),
-                _with_unit(m["baseline"], m["unit"]),
-                _with_unit(m["candidate"], m["unit"]),
-                "-" if m["ratio"] is None else f"{m['ratio']:.3f}",
+                r["metric"], _labels(r["labels"]), "-", "-", "-", "-", "-", "-", "not compared"
             )
-        out.print(table)
+            table.add_row("", f"  {r['error']}", "", "", "", "", "", "", "")
+            continue
+        unit = r["unit"]
+        ratio = f"{r['ratio']:.3f} [{r['ratio_ci_low']:.3f}, {r['ratio_ci_high']:.3f}]"
+        table.add_row(
+            r["metric"],
+            _labels(r["labels"]),
+            _median_ci(r["baseline"], unit),
+            _median_ci(r["candidate"], unit),
+            ratio,
+            f"{r['p_value']:.3g}",
+            f"{r['effect_size']:.3g}",
+            r["better"] or "unknown",
+            f"[{_VERDICT_STYLE.get(r['verdict'], '')}]{_verdict_text(r)}[/]",
+        )
+    return table
+
+
+def _metrics_table(metric_rows: Sequence[Mapping[str, Any]], min_effect: float) -> Table:
+    table = Table(
+        title="metrics",
+        title_justify="left",
+        caption=f"one value per run, so no test: a change above {min_effect:.1%} is called "
+        "better or worse, and may be noise",
+        caption_justify="left",
+    )
+    for column in ("name", "labels", "baseline", "candidate", "ratio", "better", "verdict"):
+        table.add_column(column)
+    for m in metric_rows:
+        table.add_row(
+            m["name"],
+            _labels(m["labels"]),
+            _with_unit(m["baseline"], m["unit"]),
+            _with_unit(m["candidate"], m["unit"]),
+            "-" if m["ratio"] is None else f"{m['ratio']:.3f}",
+            m["better"] or "unknown",
+            f"[{_VERDICT_STYLE.get(m['verdict'] or '', '')}]{_verdict_text(m)}[/]",
+        )
+    return table
+
+
+# -- table -------------------------------------------------------------------------------
+
+#: Statuses whose runs trained to the end (diverged: a result, not a crash); they are
+#: summarised. Failed, incomplete and running runs are counted and shown, not summarised.
+_SUMMARISED = ("complete", "diverged")
+_EXTRA_BY_KEYS = ("recipe",)
+
+
+def _by_keys() -> list[str]:
+    """The keys ``--by`` accepts: every recipe setting, and the recipe itself."""
+    from d5core.training.recipes import ALLOWED_KEYS
+
+    return sorted({*ALLOWED_KEYS, *_EXTRA_BY_KEYS})
+
+
+def _check_by(group_by: str) -> None:
+    keys = _by_keys()
+    if group_by not in keys:
+        raise UsageError(f"--by {group_by!r} is not a recipe setting; use one of {', '.join(keys)}")
 
 
 def _setting(run: RunRecord, key: str) -> str:
@@ -667,8 +826,149 @@ def _setting(run: RunRecord, key: str) -> str:
     return "-" if value is None else str(value)
 
 
-def _fmt_interval(median: float, low: float, high: float) -> str:
-    return f"{median:.4g} [{low:.4g}, {high:.4g}]"
+def _run_values(store: ResultsStore, run: RunRecord) -> dict[str, float | None]:
+    """One run's time to accuracy, final test accuracy and throughput (``None``: absent).
+
+    Throughput is the run's own samples/s over the whole run, else the median of its
+    per-step rates: one value per run.
+    """
+    from d5core.results.summaries import true_median
+
+    values = {m.name: m.value for m in store.metrics(run.id) if not m.labels}
+    rate = values.get("throughput")
+    if rate is None or not math.isfinite(rate):
+        steps = [
+            v
+            for m in store.measurements(run.id)
+            if m.metric == "throughput"
+            for v in store.samples(m.id)
+            if math.isfinite(v)
+        ]
+        rate = true_median(steps) if steps else None
+
+    def finite(name: str) -> float | None:
+        value = values.get(name)
+        return value if value is not None and math.isfinite(value) else None
+
+    return {
+        "time_to_accuracy": finite("time_to_accuracy"),
+        "final_test_accuracy": finite("final_test_accuracy"),
+        "throughput": rate,
+    }
+
+
+def _has_target(run: RunRecord) -> bool:
+    settings = (run.config or {}).get("settings") or {}
+    return settings.get("target_accuracy") is not None
+
+
+def _table_row(
+    store: ResultsStore, group_by: str, key: tuple[str, str | None], members: list[RunRecord]
+) -> dict[str, Any]:
+    """One row: the runs of one recipe hash with one value of ``group_by``."""
+    from d5core.results.summaries import across_runs, range_of, time_to_accuracy_summary
+
+    statuses: dict[str, int] = {}
+    for run in members:
+        statuses[run.status] = statuses.get(run.status, 0) + 1
+    summarised = [r for r in members if r.status in _SUMMARISED]
+    values = [_run_values(store, r) for r in summarised]
+    ttas = [v["time_to_accuracy"] for v in values]
+    accs = [v["final_test_accuracy"] for v in values if v["final_test_accuracy"] is not None]
+    rates = [v["throughput"] for v in values if v["throughput"] is not None]
+    with_target = any(_has_target(r) for r in summarised) or any(t is not None for t in ttas)
+    return {
+        group_by: key[0],
+        "recipe": members[0].name,
+        "recipe_hash": key[1],
+        "runs": len(members),
+        "statuses": dict(sorted(statuses.items())),
+        "failed": statuses.get("failed", 0),
+        "diverged": statuses.get("diverged", 0),
+        "not_finished": sum(statuses.get(s, 0) for s in ("incomplete", "interrupted", "running")),
+        "summarised": len(summarised),
+        "reached_target": sum(1 for t in ttas if t is not None),
+        "run_ids": [r.id for r in members],
+        "time_to_accuracy": _json_safe(time_to_accuracy_summary(ttas))
+        if with_target and ttas
+        else None,
+        "final_test_accuracy": range_of(accs) if accs else None,
+        "throughput": across_runs(rates) if rates else None,
+    }
+
+
+def _json_safe(summary: dict[str, Any]) -> dict[str, Any]:
+    """Infinite times (the target was not reached) become ``None``: strict JSON."""
+    return {k: None if isinstance(v, float) and math.isinf(v) else v for k, v in summary.items()}
+
+
+def _warn_mixed_recipes(group_by: str, keys: Iterable[tuple[str, str | None]]) -> None:
+    hashes: dict[str, set[str | None]] = {}
+    for value, recipe_hash in keys:
+        hashes.setdefault(value, set()).add(recipe_hash)
+    for value, found in sorted(hashes.items()):
+        if len(found) > 1:
+            _warn(
+                f"{group_by}={value} has runs of {len(found)} different recipes (recipe "
+                "hashes); each recipe gets its own row"
+            )
+
+
+def _time(value: float | None) -> str:
+    return "not reached" if value is None else f"{value:.4g}"
+
+
+def _runs_cell(row: Mapping[str, Any]) -> str:
+    shown = [
+        f"{row[k]} {label}"
+        for k, label in (("failed", "failed"), ("diverged", "diverged"),
+                         ("not_finished", "unfinished"))
+        if row[k]
+    ]  # fmt: skip
+    return f"{row['runs']}" + (f" ({', '.join(shown)})" if shown else "")
+
+
+def _tta_cells(tta: Mapping[str, Any] | None) -> tuple[str, str, str]:
+    if tta is None:
+        return "-", "-", "-"
+    reached = f"{tta['reached']}/{tta['runs']}"
+    interval = f"{_time(tta['median'])} [{_time(tta['ci_low'])}, {_time(tta['ci_high'])}]"
+    olympic = "-" if tta["olympic_mean"] is None else f"{tta['olympic_mean']:.4g}"
+    return reached, interval, olympic
+
+
+def _print_table(group_by: str, out: Sequence[Mapping[str, Any]]) -> None:
+    table = Table(
+        title=f"training runs by {group_by} and recipe",
+        title_justify="left",
+        caption="one value per run. Time to accuracy over the complete and diverged runs "
+        "(MLPerf): a run that did not reach the target counts as infinitely slow. Failed "
+        "and unfinished runs are counted, not summarised.",
+        caption_justify="left",
+    )
+    columns = (
+        group_by,
+        "recipe",
+        "runs",
+        "reached",
+        "time to accuracy (s), median [95% CI]",
+        "olympic mean (s)",
+        "final test accuracy, median \\[range]",
+        "samples/s, median [95% CI]",
+    )
+    for column in columns:
+        table.add_column(column, justify="right")
+    for row in out:
+        acc, thr = row["final_test_accuracy"], row["throughput"]
+        table.add_row(
+            escape(str(row[group_by])),
+            escape(f"{row['recipe']} {(row['recipe_hash'] or '-')[:8]}"),
+            _runs_cell(row),
+            *_tta_cells(row["time_to_accuracy"]),
+            f"{acc['median']:.4g} [{acc['min']:.4g}, {acc['max']:.4g}]" if acc else "-",
+            f"{thr['median']:,.0f} [{thr['ci_low']:,.0f}, {thr['ci_high']:,.0f}]" if thr else "-",
+        )
+    console().print(table)
 
 
 @results.command("table")
@@ -680,7 +980,8 @@ def _fmt_interval(median: float, low: float, high: float) -> str:
     "group_by",
     default="executor",
     show_default=True,
-    help="Setting that tells the columns apart (executor, optimizer, batch_size, ...).",
+    help="Recipe setting that tells the rows apart (executor, optimizer, batch_size, ...); "
+    "runs of different recipes always get rows of their own.",
 )
 @json_option
 @db_option
@@ -692,85 +993,30 @@ def table_runs(
     as_json: bool,
     db: Path | None,
 ) -> None:
-    """Training runs side by side, grouped by one setting: time to accuracy, final test
-    accuracy and throughput, each with its interval across the group's runs.
+    """Training runs side by side: one row per recipe (hash) and value of one setting,
+    with time to accuracy, final test accuracy and throughput over the row's runs.
 
-    Time to accuracy: median with the 95% CI of the median over the runs (min-max below
-    6 runs) and the olympic mean (best and worst dropped); final accuracy: median and
-    range; throughput: median of every step's samples/s pooled over the runs, with its CI.
+    Every summary takes one value per run. Time to accuracy counts every complete or
+    diverged run as MLPerf does (a run that did not reach the target is infinitely
+    slow): median with the 95% CI of the median (min-max below 6 runs) and the olympic
+    mean (best and worst dropped). Final accuracy: median and range. Throughput: each
+    run's samples/s, median and CI over the runs. Failed and unfinished runs are counted.
     """
-    from d5core.measure.stats import summarize
-
+    _check_by(group_by)
     if bool(runs) == (last is not None):
         raise UsageError("give run ids, or --last N, not both and not neither")
     with _open(db) as store:
         records = (
             [store.get_run(r) for r in runs] if runs else store.list_runs(limit=last, kind=kind)
         )
-        groups: dict[str, list[RunRecord]] = {}
+        groups: dict[tuple[str, str | None], list[RunRecord]] = {}
         for record in records:
-            groups.setdefault(_setting(record, group_by), []).append(record)
-        out: list[dict[str, Any]] = []
-        for key, members in sorted(groups.items()):
-            ttas, accs, rates = [], [], []
-            for record in members:
-                values = {m.name: m.value for m in store.metrics(record.id)}
-                if "time_to_accuracy" in values:
-                    ttas.append(values["time_to_accuracy"])
-                if "final_test_accuracy" in values:
-                    accs.append(values["final_test_accuracy"])
-                for m in store.measurements(record.id):
-                    if m.metric == "throughput":
-                        rates += [v for v in store.samples(m.id) if math.isfinite(v)]
-            row: dict[str, Any] = {
-                group_by: key,
-                "runs": len(members),
-                "reached_target": len(ttas),
-                "run_ids": [r.id for r in members],
-            }
-            if ttas:
-                s = summarize(ttas)
-                ordered = sorted(ttas) + [math.inf] * (len(members) - len(ttas))
-                kept = ordered[1:-1] if len(ordered) >= 3 else ordered
-                olympic = sum(kept) / len(kept) if all(math.isfinite(t) for t in kept) else None
-                row["time_to_accuracy"] = {
-                    "median": s.median, "ci_low": s.ci_low, "ci_high": s.ci_high,
-                    "olympic_mean": olympic,
-                }  # fmt: skip
-            if accs:
-                ordered_accs = sorted(accs)
-                row["final_test_accuracy"] = {
-                    "median": ordered_accs[len(accs) // 2], "min": ordered_accs[0],
-                    "max": ordered_accs[-1],
-                }  # fmt: skip
-            if rates:
-                s = summarize(rates)
-                row["throughput"] = {"median": s.median, "ci_low": s.ci_low, "ci_high": s.ci_high}
-            out.append(row)
+            key = (_setting(record, group_by), record.recipe_hash)
+            groups.setdefault(key, []).append(record)
+        order = sorted(groups, key=lambda k: (k[0], k[1] or ""))
+        out = [_table_row(store, group_by, key, groups[key]) for key in order]
+    _warn_mixed_recipes(group_by, order)
     if as_json:
         print_json(out)
         return
-    table = Table(title=f"training runs by {group_by}", title_justify="left")
-    columns = (
-        group_by,
-        "runs",
-        "time to accuracy (s), median [95% CI]",
-        "olympic mean (s)",
-        "final test accuracy [range]",
-        "samples/s, median [95% CI]",
-    )
-    for column in columns:
-        table.add_column(column, justify="right")
-    for row in out:
-        tta, acc, thr = (
-            row.get(k) for k in ("time_to_accuracy", "final_test_accuracy", "throughput")
-        )
-        table.add_row(
-            str(row[group_by]),
-            f"{row['runs']} ({row['reached_target']} reached)",
-            _fmt_interval(tta["median"], tta["ci_low"], tta["ci_high"]) if tta else "-",
-            f"{tta['olympic_mean']:.4g}" if tta and tta["olympic_mean"] is not None else "-",
-            _fmt_interval(acc["median"], acc["min"], acc["max"]) if acc else "-",
-            f"{thr['median']:,.0f} [{thr['ci_low']:,.0f}, {thr['ci_high']:,.0f}]" if thr else "-",
-        )
-    console().print(table)
+    _print_table(group_by, out)

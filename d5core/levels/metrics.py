@@ -36,11 +36,20 @@ class Metric(ABC):
     name: ClassVar[str] = ""
     #: The unit of its values, for example ``"s"`` or ``"samples/s"``.
     unit: ClassVar[str] = ""
-    #: ``"lower"`` or ``"higher"``: which direction is better.
+    #: ``"lower"`` or ``"higher"``: which direction is better. ``d5 results compare``
+    #: calls a change better or worse by it.
     better: ClassVar[str] = "lower"
 
     _unsubscribers: list[Callable[[], Any]]
     _problems: list[str]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.better not in ("lower", "higher"):
+            raise TypeError(
+                f"metric class {cls.__name__} declares better = {cls.better!r}; "
+                "it must be 'lower' or 'higher'"
+            )
 
     def attach(self, bus: Any) -> None:  # noqa: B027 - optional for metrics fed directly
         """Subscribe to the events this metric needs on ``bus``."""

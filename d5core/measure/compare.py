@@ -1,7 +1,11 @@
-"""Comparing two sets of samples: is the candidate faster, slower, or the same?
+"""Comparing two sets of samples: is the candidate better, worse, or the same?
 
-The verdict needs two things at once: a significant Mann–Whitney U test (two-sided, at
-``alpha``) and a ratio of medians that differs from 1 by more than ``min_effect``.
+A change needs two things at once: a significant Mann–Whitney U test (two-sided, at
+``alpha``) and a ratio of medians that differs from 1 by more than ``min_effect``. Its
+``change`` says which way the candidate's median moved (``"higher"`` or ``"lower"``), and
+its ``verdict`` what that means for the quantity: ``"better"`` or ``"worse"`` by the
+direction the caller gives (lower is better for times, higher for accuracies and rates),
+``"changed"`` when the caller gives none.
 Within one run samples are many and the test finds tiny differences; between runs the
 machine's state (frequency, neighbours, placement, memory layout) moves medians by a few
 tenths of a percent to several percent, which no p-value computed from one run's samples
@@ -25,8 +29,10 @@ __all__ = [
     "BOOTSTRAP_SEED",
     "DEFAULT_ALPHA",
     "DEFAULT_MIN_EFFECT",
+    "VERDICTS",
     "Comparison",
     "compare",
+    "judge",
 ]
 
 #: Significance level of the Mann–Whitney U test.
@@ -36,6 +42,8 @@ DEFAULT_MIN_EFFECT = 0.05
 #: Resamples and seed of the bootstrap CI of the ratio of medians (deterministic).
 BOOTSTRAP_RESAMPLES = 2000
 BOOTSTRAP_SEED = 20150101
+#: Every verdict :func:`compare` gives.
+VERDICTS: tuple[str, ...] = ("better", "worse", "same", "changed")
 
 
 @dataclass(frozen=True)
@@ -47,8 +55,11 @@ class Comparison:
     always give the same interval). ``p_value`` is the two-sided Mann–Whitney U test's.
     ``effect_size`` is Cliff's delta of candidate against baseline, P(c > b) − P(c < b),
     from −1 (every candidate sample smaller) to +1 (every one larger).
-    ``verdict`` is ``"faster"``, ``"slower"`` or ``"same"`` (no significant difference
-    of at least ``min_effect``), judged with ``lower_is_better``.
+    ``change`` is ``"higher"`` or ``"lower"`` (the candidate's median, when the
+    difference is significant and above ``min_effect``), else ``"none"``. ``verdict`` is
+    ``"better"`` or ``"worse"`` for that change judged with ``lower_is_better``,
+    ``"changed"`` when ``lower_is_better`` is ``None`` (no known direction), and
+    ``"same"`` when there is no change.
     """
 
     baseline_median: float
@@ -62,9 +73,10 @@ class Comparison:
     verdict: str
     min_effect: float = DEFAULT_MIN_EFFECT
     confidence: float = 0.95
-    lower_is_better: bool = True
+    lower_is_better: bool | None = True
     n_baseline: int = 0
     n_candidate: int = 0
+    change: str = "none"
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dictionary of every field."""
@@ -72,12 +84,26 @@ class Comparison:
 
     def describe(self, unit: str = "s") -> str:
         """One line: the verdict with the ratio, its CI, p and the baseline's figure."""
+        moved = "" if self.change == "none" else f" ({self.change})"
         return (
-            f"{self.verdict}: candidate/baseline = {self.ratio:.3f} "
+            f"{self.verdict}{moved}: candidate/baseline = {self.ratio:.3f} "
             f"[{self.ratio_ci_low:.3f}, {self.ratio_ci_high:.3f}] "
             f"(baseline median {self.baseline_median:.4g} {unit}, p = {self.p_value:.2g}, "
             f"Cliff's delta = {self.effect_size:+.2f})"
         )
+
+
+def judge(change: str, lower_is_better: bool | None) -> str:
+    """The verdict on a ``change`` (``"higher"``, ``"lower"`` or ``"none"``).
+
+    ``"better"`` or ``"worse"`` by ``lower_is_better``; ``"changed"`` when it is ``None``;
+    ``"same"`` for no change.
+    """
+    if change == "none":
+        return "same"
+    if lower_is_better is None:
+        return "changed"
+    return "better" if (change == "lower") == lower_is_better else "worse"
 
 
 def _ratio_of_medians(baseline: Any, candidate: Any, axis: int = -1) -> Any:
@@ -115,7 +141,7 @@ def compare(
     candidate: ArrayLike,
     *,
     alpha: float = DEFAULT_ALPHA,
-    lower_is_better: bool = True,
+    lower_is_better: bool | None = True,
     min_effect: float = DEFAULT_MIN_EFFECT,
     confidence: float = 0.95,
 ) -> Comparison:
@@ -124,7 +150,8 @@ def compare(
     :param baseline: the reference samples (e.g. seconds per call).
     :param candidate: the samples of the thing compared with it.
     :param alpha: significance level of the two-sided Mann–Whitney U test.
-    :param lower_is_better: ``True`` for costs (time, energy), ``False`` for rates.
+    :param lower_is_better: ``True`` for costs (time, energy, loss, errors), ``False``
+        for rates and accuracies, ``None`` when no direction is better.
     :param min_effect: the ratio of medians must differ from 1 by more than this.
     :param confidence: level of the ratio's CI.
     :raises ValueError: on empty, NaN or infinite samples, or a baseline median of 0.
@@ -146,11 +173,9 @@ def compare(
     if not math.isfinite(p):  # every sample equal: nothing to tell apart
         p = 1.0
     delta = 2.0 * float(test.statistic) / (b.size * c.size) - 1.0
+    change = "none"
     if p < alpha and abs(ratio - 1.0) > min_effect:
-        larger = ratio > 1.0
-        verdict = "slower" if larger == lower_is_better else "faster"
-    else:
-        verdict = "same"
+        change = "higher" if ratio > 1.0 else "lower"
     return Comparison(
         baseline_median=b_med,
         candidate_median=c_med,
@@ -160,10 +185,11 @@ def compare(
         p_value=p,
         effect_size=delta,
         alpha=alpha,
-        verdict=verdict,
+        verdict=judge(change, lower_is_better),
         min_effect=min_effect,
         confidence=confidence,
         lower_is_better=lower_is_better,
         n_baseline=int(b.size),
         n_candidate=int(c.size),
+        change=change,
     )

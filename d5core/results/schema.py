@@ -42,6 +42,12 @@ class Migration:
 
 
 _STATUSES = "('running', 'complete', 'failed', 'diverged', 'incomplete')"
+#: Since version 3: a run ended early by SIGINT or SIGTERM is ``interrupted``.
+_STATUSES_V3 = "('running', 'complete', 'failed', 'diverged', 'incomplete', 'interrupted')"
+_RUN_COLUMNS = (
+    "id, kind, name, status, created, finished, pid, hostname, proc_started, seed, "
+    "recipe_hash, config, environment_id, context, error, load_start, load_end"
+)
 
 #: Every migration, oldest first; the last one's version is :data:`SCHEMA_VERSION`.
 MIGRATIONS: tuple[Migration, ...] = (
@@ -108,6 +114,55 @@ MIGRATIONS: tuple[Migration, ...] = (
                 unit   TEXT NOT NULL DEFAULT ''
             )""",
             "CREATE INDEX run_metrics_by_run ON run_metrics (run_id)",
+        ),
+    ),
+    Migration(
+        2,
+        "which direction is better for each measurement and metric; the load average "
+        "when a run begins and ends",
+        (
+            # NULL: not recorded (older runs) or no better direction; readers then judge
+            # by the name and unit (d5core.metrics.directions.better_of).
+            "ALTER TABLE measurements ADD COLUMN better TEXT CHECK (better IN ('lower', 'higher'))",
+            "ALTER TABLE run_metrics ADD COLUMN better TEXT CHECK (better IN ('lower', 'higher'))",
+            # JSON of d5core.results.load.LoadAverage; NULL where it was not recorded.
+            "ALTER TABLE runs ADD COLUMN load_start TEXT",
+            "ALTER TABLE runs ADD COLUMN load_end TEXT",
+        ),
+    ),
+    Migration(
+        3,
+        "a run's status may be 'interrupted'",
+        (
+            # SQLite cannot change a CHECK constraint in place: the table is rebuilt (the
+            # store turns foreign keys off around migrations, so dropping the old table
+            # does not cascade to the measurements that point at it).
+            """CREATE TABLE runs_v3 (
+                id             TEXT PRIMARY KEY,
+                kind           TEXT NOT NULL,
+                name           TEXT NOT NULL,
+                status         TEXT NOT NULL CHECK (status IN """
+            + _STATUSES_V3
+            + """),
+                created        TEXT NOT NULL,
+                finished       TEXT,
+                pid            INTEGER,
+                hostname       TEXT,
+                proc_started   REAL,
+                seed           TEXT,
+                recipe_hash    TEXT,
+                config         TEXT NOT NULL DEFAULT '{}',
+                environment_id INTEGER REFERENCES environments (id),
+                context        TEXT NOT NULL DEFAULT '{}',
+                error          TEXT,
+                load_start     TEXT,
+                load_end       TEXT
+            )""",
+            f"INSERT INTO runs_v3 ({_RUN_COLUMNS}) SELECT {_RUN_COLUMNS} FROM runs",
+            "DROP TABLE runs",
+            "ALTER TABLE runs_v3 RENAME TO runs",
+            "CREATE INDEX runs_by_created ON runs (created)",
+            "CREATE INDEX runs_by_status ON runs (status)",
         ),
     ),
 )

@@ -35,7 +35,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from d5core.environment import RUN_SPECIFIC_KEYS, capture_environment, environment_fingerprint
 from d5core.errors import UsageError
+from d5core.metrics.directions import better_of, check_better
 from d5core.results import schema
+from d5core.results.load import LoadAverage, current_load
 from d5core.results.paths import DB_ENV_VAR, ensure_parent, resolve_db_path
 
 if TYPE_CHECKING:
@@ -55,9 +57,16 @@ __all__ = [
 
 #: Every status a run can have. ``running`` until finished; ``incomplete`` when its
 #: process ended (killed, crashed) before finishing it.
-RUN_STATUSES: tuple[str, ...] = ("running", "complete", "failed", "diverged", "incomplete")
+RUN_STATUSES: tuple[str, ...] = (
+    "running",
+    "complete",
+    "failed",
+    "diverged",
+    "incomplete",
+    "interrupted",
+)
 #: The statuses :meth:`ResultsStore.finish_run` accepts.
-FINAL_STATUSES: tuple[str, ...] = ("complete", "failed", "diverged", "incomplete")
+FINAL_STATUSES: tuple[str, ...] = ("complete", "failed", "diverged", "incomplete", "interrupted")
 #: How long a writer waits for another writer's lock before giving up, in seconds.
 BUSY_TIMEOUT_S = 30.0
 
@@ -92,6 +101,10 @@ class RunRecord:
     #: How many measurements and scalar metrics the run holds.
     n_measurements: int = 0
     n_metrics: int = 0
+    #: The machine's load average when the run began and when it was finished
+    #: (``None``: not recorded, as for runs stored before d5 recorded it, or killed runs).
+    load_start: LoadAverage | None = None
+    load_end: LoadAverage | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The record as plain JSON types."""
@@ -118,6 +131,8 @@ class MeasurementRecord:
     #: How the samples were taken, for a :class:`~d5core.measure.engine.Measurement`:
     #: its options, timer resolution and overhead, elapsed time (``{}`` otherwise).
     details: dict[str, Any] = field(default_factory=dict)
+    #: ``"lower"`` or ``"higher"``: which direction is better; ``None`` when unknown.
+    better: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The record as plain JSON types."""
@@ -134,6 +149,8 @@ class MetricRecord:
     labels: dict[str, Any]
     value: float
     unit: str
+    #: ``"lower"`` or ``"higher"``: which direction is better; ``None`` when unknown.
+    better: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The record as plain JSON types; a NaN value becomes ``None``."""
@@ -203,6 +220,15 @@ def _process_alive(pid: int, started: float | None) -> bool:
         return False
     except psutil.Error:
         return True
+
+
+def _load_json(load: LoadAverage | None) -> str | None:
+    return None if load is None else _dumps(load.to_json(), canonical=False)
+
+
+def _direction(stored: str | None, name: str, unit: str) -> str | None:
+    """The stored direction, else the one d5 knows for ``name`` in ``unit`` (older rows)."""
+    return stored if stored in ("lower", "higher") else better_of(name, unit)
 
 
 def _float_or_none(value: float) -> float | None:
@@ -406,7 +432,6 @@ class ResultsStore:
         check(app_id, version, tables)
 
         conn.execute(f"PRAGMA busy_timeout = {int(self._timeout_s * 1000)}")
-        conn.execute("PRAGMA foreign_keys = ON")
         # FULL: a committed run survives a power cut too, not only a killed process.
         conn.execute("PRAGMA synchronous = FULL")
         try:
@@ -429,6 +454,8 @@ class ResultsStore:
                 raise UsageError(
                     f"cannot create or upgrade the results database {self._path}: {exc}"
                 ) from exc
+        # Only now: a migration that rebuilds a table must not cascade deletions.
+        conn.execute("PRAGMA foreign_keys = ON")
         self._mark_dead_runs_incomplete()
 
     def _mark_dead_runs_incomplete(self) -> None:
@@ -485,6 +512,9 @@ class ResultsStore:
             content; the per-run keys (command line, seeds, recipe hash, time) with the run.
         :param seed: the seed the run used.
         :param recipe_hash: the content hash of the recipe it follows.
+
+        The machine's load average now is stored with the run (see
+        :mod:`d5core.results.load`).
         """
         if not isinstance(kind, str) or not kind.strip():
             raise UsageError(f"a run needs a kind such as 'op' or 'train', got {kind!r}")
@@ -510,6 +540,7 @@ class ResultsStore:
             recipe_hash,
             _dumps(dict(config or {}), canonical=False),
             _dumps(own),
+            _load_json(current_load()),
         )
 
         def write(conn: sqlite3.Connection) -> str:
@@ -525,8 +556,9 @@ class ResultsStore:
                 try:
                     conn.execute(
                         "INSERT INTO runs (id, kind, name, status, created, pid, hostname, "
-                        "proc_started, seed, recipe_hash, config, context, environment_id) "
-                        "VALUES (?, ?, ?, 'running', ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        "proc_started, seed, recipe_hash, config, context, load_start, "
+                        "environment_id) "
+                        "VALUES (?, ?, ?, 'running', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                         (run_id, *row, env_id),
                     )
                 except sqlite3.IntegrityError:
@@ -551,6 +583,7 @@ class ResultsStore:
         labels: Mapping[str, Any] | None = None,
         unit: str = "s",
         summary: Summary | Mapping[str, Any] | None = None,
+        better: str | None = None,
     ) -> int:
         """Store a measurement with all its raw samples, in one transaction.
 
@@ -564,8 +597,12 @@ class ResultsStore:
             rates, for which higher is better.
         :param summary: a summary to store instead of the measurement's own, or of one
             computed from the samples.
+        :param better: ``"lower"`` or ``"higher"``: which direction is better; by default
+            the one :func:`d5core.metrics.directions.better_of` knows for ``metric`` and
+            ``unit`` (``None`` when it knows none).
         :return: the measurement's id.
         """
+        direction = check_better(better, f"measurement {metric!r}") or better_of(metric, unit)
         m: Any = measurement_or_samples
         blocked: bool | None = None
         block_size: int | None = None
@@ -600,8 +637,8 @@ class ResultsStore:
             self._require_running(conn, run_id)
             cur = conn.execute(
                 "INSERT INTO measurements (run_id, metric, labels, unit, n, summary, blocked, "
-                "block_size, warmup_runs, stopped_by, details) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "block_size, warmup_runs, stopped_by, details, better) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     run_id,
                     metric,
@@ -614,6 +651,7 @@ class ResultsStore:
                     warmup,
                     stopped_by,
                     details_text,
+                    direction,
                 ),
             )
             mid = cur.lastrowid
@@ -634,11 +672,16 @@ class ResultsStore:
         *,
         labels: Mapping[str, Any] | None = None,
         unit: str = "",
+        better: str | None = None,
     ) -> int:
         """Store one scalar metric of a ``running`` run (accuracy, time to accuracy, ...).
 
+        :param better: ``"lower"`` or ``"higher"``: which direction is better; by default
+            the one :func:`d5core.metrics.directions.better_of` knows for ``name`` and
+            ``unit`` (``None`` when it knows none).
         :return: the metric's id.
         """
+        direction = check_better(better, f"metric {name!r}") or better_of(name, unit)
         try:
             number = float(value)
         except (TypeError, ValueError) as exc:
@@ -648,9 +691,9 @@ class ResultsStore:
         def write(conn: sqlite3.Connection) -> int:
             self._require_running(conn, run_id)
             cur = conn.execute(
-                "INSERT INTO run_metrics (run_id, name, labels, value, unit) "
-                "VALUES (?, ?, ?, ?, ?)",
-                (run_id, name, labels_json, _float_or_none(number), unit),
+                "INSERT INTO run_metrics (run_id, name, labels, value, unit, better) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (run_id, name, labels_json, _float_or_none(number), unit, direction),
             )
             assert cur.lastrowid is not None
             return cur.lastrowid
@@ -664,17 +707,21 @@ class ResultsStore:
         :param error: what went wrong, for the statuses other than ``complete``.
         :raises UsageError: for an unknown run, an unknown status, or a run that is
             already finished (a finished run is never changed).
+
+        The machine's load average now is stored with the run.
         """
         if status not in FINAL_STATUSES:
             raise UsageError(
                 f"a run finishes as one of {', '.join(FINAL_STATUSES)}, not {status!r}"
             )
 
+        load_end = _load_json(current_load())
+
         def write(conn: sqlite3.Connection) -> None:
             self._require_running(conn, run_id)
             conn.execute(
-                "UPDATE runs SET status = ?, finished = ?, error = ? WHERE id = ?",
-                (status, _now(), error, run_id),
+                "UPDATE runs SET status = ?, finished = ?, error = ?, load_end = ? WHERE id = ?",
+                (status, _now(), error, load_end, run_id),
             )
 
         self._write(write)
@@ -724,8 +771,11 @@ class ResultsStore:
             yield run_id
         except BaseException as exc:
             if self._stored_status(run_id) == "running":
-                status = "incomplete" if isinstance(exc, KeyboardInterrupt) else "failed"
-                self.finish_run(run_id, status, error=_one_line(exc))
+                if isinstance(exc, KeyboardInterrupt):
+                    status, error = "interrupted", str(exc) or "interrupted (SIGINT)"
+                else:
+                    status, error = "failed", _one_line(exc)
+                self.finish_run(run_id, status, error=error)
             raise
         if self._stored_status(run_id) == "running":
             self.finish_run(run_id)
@@ -770,13 +820,15 @@ class ResultsStore:
         "r.proc_started, r.seed, r.recipe_hash, r.config, r.environment_id, e.fingerprint, "
         "r.error, "
         "(SELECT count(*) FROM measurements m WHERE m.run_id = r.id), "
-        "(SELECT count(*) FROM run_metrics k WHERE k.run_id = r.id)"
+        "(SELECT count(*) FROM run_metrics k WHERE k.run_id = r.id), "
+        "r.load_start, r.load_end"
     )
     _RUN_FROM = "FROM runs r LEFT JOIN environments e ON e.id = r.environment_id"
 
     def _run_record(self, row: Sequence[Any]) -> RunRecord:
         rid, kind, name, status, created, finished, pid, host, started = row[:9]
-        seed, recipe, config, env_id, fingerprint, error, n_meas, n_metrics = row[9:]
+        seed, recipe, config, env_id, fingerprint, error, n_meas, n_metrics = row[9:17]
+        load_start, load_end = (LoadAverage.from_json(_loads(text)) for text in row[17:19])
         if (
             status == "running"
             and host == self._host
@@ -801,6 +853,8 @@ class ResultsStore:
             error=error,
             n_measurements=int(n_meas),
             n_metrics=int(n_metrics),
+            load_start=load_start,
+            load_end=load_end,
         )
 
     def list_runs(self, limit: int | None = None, kind: str | None = None) -> list[RunRecord]:
@@ -858,7 +912,8 @@ class ResultsStore:
         run = self.get_run(run_id)
         rows = self._conn.execute(
             "SELECT id, run_id, metric, labels, unit, n, summary, blocked, block_size, "
-            "warmup_runs, stopped_by, details FROM measurements WHERE run_id = ? ORDER BY id",
+            "warmup_runs, stopped_by, details, better FROM measurements WHERE run_id = ? "
+            "ORDER BY id",
             (run.id,),
         )
         return [
@@ -875,6 +930,7 @@ class ResultsStore:
                 warmup_runs=row[9],
                 stopped_by=row[10],
                 details=_loads(row[11]) or {},
+                better=_direction(row[12], row[2], row[4]),
             )
             for row in rows
         ]
@@ -891,7 +947,7 @@ class ResultsStore:
         """The scalar metrics of a run, in the order they were stored."""
         run = self.get_run(run_id)
         rows = self._conn.execute(
-            "SELECT id, run_id, name, labels, value, unit FROM run_metrics "
+            "SELECT id, run_id, name, labels, value, unit, better FROM run_metrics "
             "WHERE run_id = ? ORDER BY id",
             (run.id,),
         )
@@ -903,8 +959,9 @@ class ResultsStore:
                 labels=_loads(labels) or {},
                 value=math.nan if value is None else float(value),
                 unit=unit,
+                better=_direction(better, name, unit),
             )
-            for mid, rid, name, labels, value, unit in rows
+            for mid, rid, name, labels, value, unit, better in rows
         ]
 
     def run_document(self, run_id: str, *, samples: bool = True) -> dict[str, Any]:
@@ -926,6 +983,95 @@ class ResultsStore:
             "measurements": measurements,
             "metrics": [k.to_json() for k in self.metrics(run.id)],
         }
+
+    # -- added for runs streamed while they go (d5 run) ---------------------------
+
+    def require_writable(self) -> None:
+        """Raise a one-line :class:`UsageError` unless runs can be written here.
+
+        For a command to check before a long run starts, so that a read-only database
+        is found at once, not when the results are ready. Nothing is written.
+        """
+        conn = self._conn
+
+        def probe() -> None:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                conn.execute("UPDATE runs SET status = status WHERE 0")
+            finally:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+
+        try:
+            self._retrying(probe)
+        except sqlite3.OperationalError as exc:
+            raise UsageError(
+                f"the results database {self._path} is not writable ({_one_line(exc)}); "
+                f"pass --db with a writable file, or set {DB_ENV_VAR}"
+            ) from None
+
+    def append_samples(
+        self,
+        run_id: str,
+        samples: Mapping[int, Sequence[float]],
+        *,
+        summaries: Mapping[int, Summary | Mapping[str, Any] | None] | None = None,
+    ) -> None:
+        """Append samples to measurements of a ``running`` run, all in one transaction.
+
+        For a run stored while it goes: each measurement (an id from
+        :meth:`add_measurement` of ``run_id``) gets ``samples[id]`` after the ones it
+        has; its ``n`` follows, and its summary becomes ``summaries[id]`` when given,
+        else one of all its samples.
+        """
+        given = dict(summaries or {})
+
+        def write(conn: sqlite3.Connection) -> None:
+            self._require_running(conn, run_id)
+            for mid, values in samples.items():
+                row = conn.execute(
+                    "SELECT n FROM measurements WHERE id = ? AND run_id = ?", (int(mid), run_id)
+                ).fetchone()
+                if row is None:
+                    raise UsageError(f"run {run_id} has no measurement {mid}")
+                start = int(row[0])
+                conn.executemany(
+                    "INSERT INTO samples (measurement_id, idx, value) VALUES (?, ?, ?)",
+                    ((int(mid), start + i, _float_or_none(v)) for i, v in enumerate(values)),
+                )
+                if mid in given:
+                    summary = _summary_json(given[mid])
+                else:
+                    stored = conn.execute(
+                        "SELECT value FROM samples WHERE measurement_id = ? ORDER BY idx",
+                        (int(mid),),
+                    )
+                    summary = _summarize([math.nan if v is None else v for (v,) in stored])
+                conn.execute(
+                    "UPDATE measurements SET n = ?, summary = ? WHERE id = ?",
+                    (
+                        start + len(values),
+                        None if summary is None else _dumps(summary, canonical=False),
+                        int(mid),
+                    ),
+                )
+
+        self._write(write)
+
+    def update_config(self, run_id: str, updates: Mapping[str, Any]) -> None:
+        """Add keys known only at the end (why it stopped, ...) to a ``running`` run's
+        config, in one transaction; existing keys of ``updates`` are replaced."""
+
+        def write(conn: sqlite3.Connection) -> None:
+            self._require_running(conn, run_id)
+            row = conn.execute("SELECT config FROM runs WHERE id = ?", (run_id,)).fetchone()
+            config = {**(_loads(row[0]) or {}), **dict(updates)}
+            conn.execute(
+                "UPDATE runs SET config = ? WHERE id = ?",
+                (_dumps(config, canonical=False), run_id),
+            )
+
+        self._write(write)
 
 
 def _is_notadb(exc: sqlite3.Error) -> bool:

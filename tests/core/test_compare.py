@@ -23,7 +23,7 @@ def test_two_sample_sets_from_one_distribution_are_the_same() -> None:
 
 def test_a_candidate_20_percent_slower_is_slower() -> None:
     c = compare(draws(1), draws(2, scale=1.2))
-    assert c.verdict == "slower"
+    assert (c.verdict, c.change) == ("worse", "higher")
     assert c.ratio == pytest.approx(1.2, rel=0.02)
     assert 1.0 < c.ratio_ci_low <= c.ratio <= c.ratio_ci_high
     assert c.p_value < DEFAULT_ALPHA
@@ -32,11 +32,12 @@ def test_a_candidate_20_percent_slower_is_slower() -> None:
 
 def test_a_candidate_20_percent_faster_is_faster() -> None:
     c = compare(draws(1), draws(2, scale=0.8))
-    assert c.verdict == "faster" and c.effect_size < -0.9 and c.ratio_ci_high < 1.0
+    assert (c.verdict, c.change) == ("better", "lower")
+    assert c.effect_size < -0.9 and c.ratio_ci_high < 1.0
 
 
-def test_for_rates_a_higher_candidate_is_faster() -> None:
-    assert compare(draws(1), draws(2, scale=1.2), lower_is_better=False).verdict == "faster"
+def test_for_rates_a_higher_candidate_is_better() -> None:
+    assert compare(draws(1), draws(2, scale=1.2), lower_is_better=False).verdict == "better"
 
 
 def test_a_significant_difference_below_the_minimum_effect_is_the_same() -> None:
@@ -44,7 +45,7 @@ def test_a_significant_difference_below_the_minimum_effect_is_the_same() -> None
     assert c.p_value < DEFAULT_ALPHA  # significant...
     assert c.verdict == "same"  # ...but smaller than the default minimum effect
     assert compare(draws(1, n=5000), draws(2, n=5000, scale=1.01), min_effect=0.005).verdict == (
-        "slower"
+        "worse"
     )
 
 
@@ -102,5 +103,5 @@ def test_real_callables_same_work_is_same_and_20_percent_more_work_is_slower() -
     again = measure(spin(1_000_000), opts).samples
     slow = measure(spin(1_200_000), opts).samples
     assert compare(base, again).verdict == "same"
-    assert compare(base, slow).verdict == "slower"
-    assert compare(slow, base).verdict == "faster"
+    assert compare(base, slow).verdict == "worse"
+    assert compare(slow, base).verdict == "better"

@@ -502,3 +502,49 @@ def test_four_processes_writing_at_once_lose_nothing(tmp_path, manager):
     conn = _raw(db)
     assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     assert conn.execute("SELECT count(*) FROM environments").fetchone()[0] == 1
+
+
+def test_interrupted_is_a_final_status_and_a_ctrl_c_inside_run_stores_it(store):
+    with pytest.raises(KeyboardInterrupt), store.run("train", "digits") as run_id:
+        store.add_measurement(run_id, "time", [1.0, 2.0, 3.0])
+        raise KeyboardInterrupt
+    run = store.get_run(run_id)
+    assert run.status == "interrupted" and run.error == "interrupted (SIGINT)"
+    assert store.samples(store.measurements(run_id)[0].id) == [1.0, 2.0, 3.0]
+
+
+def test_a_version_1_database_gains_interrupted_without_losing_measurements(db, manager):
+    """Version 3 rebuilds the runs table to widen its status check: the measurements and
+    samples that point at the old rows must survive (no cascade on the drop)."""
+    with ResultsStore.open(db, manager=manager) as s:
+        run_id = s.begin_run("op", "gemm", environment=ENV)
+        s.add_measurement(run_id, "time", [1.0, 2.0, 3.0])
+        s.finish_run(run_id)
+    conn = _raw(db)
+    # Take the file back to version 1 by hand: the runs table of version 1 and its rows.
+    conn.execute("PRAGMA foreign_keys = OFF")
+    conn.execute("PRAGMA legacy_alter_table = ON")  # keep measurements pointing at 'runs'
+    conn.execute("BEGIN")
+    conn.execute("ALTER TABLE runs RENAME TO runs_now")
+    conn.execute(schema_mod.MIGRATIONS[0].statements[1])
+    columns = ", ".join(r[1] for r in conn.execute("PRAGMA table_info(runs)"))
+    conn.execute(f"INSERT INTO runs ({columns}) SELECT {columns} FROM runs_now")
+    conn.execute("DROP TABLE runs_now")
+    conn.execute("ALTER TABLE measurements DROP COLUMN better")
+    conn.execute("ALTER TABLE run_metrics DROP COLUMN better")
+    conn.execute("PRAGMA user_version = 1")
+    conn.execute("COMMIT")
+    with pytest.raises(sqlite3.IntegrityError):
+        conn.execute("UPDATE runs SET status = 'interrupted'")
+    conn.close()
+
+    with ResultsStore.open(db, manager=manager) as s:
+        assert s.get_run(run_id).status == "complete"
+        assert s.samples(s.measurements(run_id)[0].id) == [1.0, 2.0, 3.0]
+        other = s.begin_run("train", "digits", environment=ENV)
+        s.finish_run(other, "interrupted", error="interrupted (SIGTERM)")
+        assert s.get_run(other).status == "interrupted"
+    conn = _raw(db)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
+    assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
