@@ -12,10 +12,14 @@ __all__ = ["parse_attributes", "parse_list"]
 
 
 def parse_list(value: str, what: str) -> list[str]:
-    """Split ``"a,b"`` into names; an empty list is a usage error naming ``what``."""
+    """Split ``"a,b"`` into names; an empty list, or a name listed twice, is a usage
+    error naming ``what``."""
     names = [part.strip() for part in value.split(",") if part.strip()]
     if not names:
         raise UsageError(f"no {what} given; list them separated by commas")
+    twice = next((name for i, name in enumerate(names) if name in names[:i]), None)
+    if twice is not None:
+        raise UsageError(f"{what} lists {twice!r} twice; list each of them once")
     return names
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 from rich.table import Table
@@ -13,6 +13,9 @@ from d5core.cli._parse import parse_attributes, parse_list
 from d5core.cli.options import db_option, json_option
 from d5core.cli.output import console, print_json
 from d5core.errors import UsageError
+
+if TYPE_CHECKING:
+    from d5core.workloads.problems import Problem
 
 __all__ = ["bench", "measure_options"]
 
@@ -48,7 +51,7 @@ def sampling_options(*, time_budget: float) -> Callable[[_F], _F]:
 
 @click.group("bench")
 def bench() -> None:
-    """Benchmark operators (and, later, networks) across backends."""
+    """Benchmark operators across backends, and networks across executors."""
 
 
 def measure_options(
@@ -112,25 +115,18 @@ def bench_op(
 ) -> None:
     """Time operator OP on each backend, forward and/or backward, side by side.
 
-    Every sample is stored in the results store; GEMM and convolution also report
-    GFLOP/s and the fraction of this machine's peak.
+    Every sample is stored in the results store; GEMM, MatMul and convolutions also
+    report (and store) GFLOP/s and the fraction of this machine's peak.
     """
     from d5core.results.store import ResultsStore
-    from d5core.runners.operators import bench_ops, problem_for
-    from d5core.workloads.problems import parse_shapes
-    from d5core.workloads.problems import suite as suite_problems
+    from d5core.runners.operators import bench_ops, check_bench_request
     from d5core.workloads.roofline import cpu_peak
 
-    if suite and shape:
-        raise UsageError("give either --suite or --shape, not both")
     names = parse_list(backends, "backends")
-    attributes = parse_attributes(attrs)
-    if suite:
-        problems = suite_problems(suite, op)
-    else:
-        problems = [
-            problem_for(op, shapes=parse_shapes(shape) if shape else None, attributes=attributes)
-        ]
+    problems = _op_problems(op, suite, shape, parse_attributes(attrs))
+    check_bench_request(problems, names, dtype)
+    peak = cpu_peak()
+    peak_rate = peak.gflops.get(dtype)
     options = measure_options(min_samples, max_samples, time_budget, rel_ci, warmup)
     directions = ["forward", "backward"] if direction == "both" else [direction]
     config = {
@@ -146,15 +142,14 @@ def bench_op(
         ResultsStore.open(db) as store,
         store.run("op", f"bench {op}", config=config, seed=seed) as run_id,
     ):
+        if peak_rate:
+            store.add_metric(
+                run_id, "peak_gflops", peak_rate, labels={"dtype": dtype, "source": peak.source},
+                unit="GFLOP/s",
+            )  # fmt: skip
 
         def keep(timing: Any) -> None:
-            labels = {
-                "backend": timing.backend,
-                "problem": timing.problem.label,
-                "direction": timing.direction,
-                "dtype": timing.dtype,
-            }
-            store.add_measurement(run_id, "time", timing.measurement, labels=labels)
+            _store_op_timing(store, run_id, timing)
             if not as_json:
                 s = timing.measurement.summary
                 console(stderr=True).print(
@@ -164,13 +159,15 @@ def bench_op(
 
         timings = bench_ops(
                 problems, names, directions=directions, dtype=dtype, options=options,
-                seed=seed, on_result=keep,
+                seed=seed, on_result=keep, peak=peak,
             )  # fmt: skip
-    rows = [{**t.to_json(), "run_id": run_id} for t in timings]
+    rows = [
+        {**t.to_json(), "run_id": run_id, "peak_gflops": peak_rate, "peak_source": peak.source}
+        for t in timings
+    ]
     if as_json:
         print_json(rows)
         return
-    peak = cpu_peak()
     table = Table(title=f"d5 bench op {op} ({dtype}), run {run_id}", title_justify="left")
     table.add_column("problem", overflow="fold")
     table.add_column("direction")
@@ -196,17 +193,53 @@ def bench_op(
             table.add_row(problem.label, d, *cells)
     out = console()
     out.print(table)
-    peak_line = peak.gflops.get(dtype)
     out.print(
-        f"peak: {peak_line:.0f} GFLOP/s ({peak.source})" if peak_line else f"peak: {peak.source}"
+        f"peak: {peak_rate:.0f} GFLOP/s ({peak.source})" if peak_rate else f"peak: {peak.source}"
     )
     out.print("! marks a measurement whose IQR exceeds 10% of its median (unstable)")
+
+
+def _op_problems(
+    op: str, suite: str | None, shape: str | None, attributes: dict[str, Any]
+) -> list[Problem]:
+    """The problems ``d5 bench op`` runs: a suite's, or one given by ``--shape``."""
+    from d5core.runners.operators import problem_for
+    from d5core.workloads.problems import parse_shapes
+    from d5core.workloads.problems import suite as suite_problems
+
+    if suite and shape is not None:
+        raise UsageError("give either --suite or --shape, not both")
+    if suite:
+        return suite_problems(suite, op)
+    shapes = parse_shapes(shape) if shape is not None else None
+    return [problem_for(op, shapes=shapes, attributes=attributes)]
+
+
+def _store_op_timing(store: Any, run_id: str, timing: Any) -> None:
+    """Store a timing's samples, and its GFLOP/s and peak fraction where counted."""
+    labels = {
+        "backend": timing.backend,
+        "problem": timing.problem.label,
+        "direction": timing.direction,
+        "dtype": timing.dtype,
+    }
+    store.add_measurement(run_id, "time", timing.measurement, labels=labels)
+    rates = timing.gflops_samples()
+    if rates:
+        store.add_measurement(run_id, "gflops", rates, labels=labels, unit="GFLOP/s")
+    if timing.peak_fraction:
+        store.add_metric(run_id, "peak_fraction", timing.peak_fraction, labels=labels)
 
 
 @bench.command("net")
 @click.argument("model")
 @click.option("--executors", required=True, help="Comma-separated executors, e.g. numpy,torch.")
-@click.option("--batch", default=32, show_default=True, help="Samples per step.")
+@click.option(
+    "--batch",
+    type=int,
+    default=None,
+    help="Samples per step [default: 32, or the model's own batch where its graph fixes it].",
+)
 @click.option(
     "--mode",
     type=click.Choice(["inference", "train-step"]),
@@ -221,7 +254,7 @@ def bench_op(
 def bench_net(
     model: str,
     executors: str,
-    batch: int,
+    batch: int | None,
     mode: str,
     breakdown: bool,
     seed: int,
@@ -236,18 +269,19 @@ def bench_net(
     """Time a network on each executor: inference or a training step, with throughput.
 
     MODEL is a zoo name, a light model shipped with onnx, or a path to an .onnx file.
+    A model whose graph fixes its batch runs that batch only. With --breakdown, every
+    node's time is stored too, and checked against the measured step.
     """
     from d5core.results.store import ResultsStore
-    from d5core.runners.networks import bench_networks
+    from d5core.runners.networks import bench_networks, network_workload
 
-    if batch <= 0:
-        raise UsageError(f"--batch must be positive, got {batch}")
     names = parse_list(executors, "executors")
     options = measure_options(min_samples, max_samples, time_budget, rel_ci, warmup)
+    workload = network_workload(model, batch=batch, mode=mode, seed=seed)
     config = {
         "model": model,
         "executors": names,
-        "batch": batch,
+        "batch": workload.batch,
         "mode": mode,
         "measure": options.to_json(),
     }
@@ -257,22 +291,21 @@ def bench_net(
     ):
 
         def keep(timing: Any) -> None:
-            labels = {"executor": timing.executor, "mode": timing.mode, "batch": timing.batch}
-            store.add_measurement(run_id, "time", timing.measurement, labels=labels)
-            rates = [timing.batch / s for s in timing.measurement.samples if s > 0]
-            store.add_measurement(run_id, "throughput", rates, labels=labels, unit="samples/s")
+            _store_net_timing(store, run_id, timing)
 
         timings = bench_networks(
-            model, names, batch=batch, mode=mode, options=options, seed=seed,
-            breakdown=breakdown, on_result=keep,
+            model, names, options=options, breakdown=breakdown, on_result=keep,
+            workload=workload,
         )  # fmt: skip
     rows = [{**t.to_json(), "run_id": run_id} for t in timings]
     if as_json:
         print_json(rows)
         return
     out = console()
-    table = Table(title=f"d5 bench net {model} ({mode}, batch {batch}), run {run_id}",
-                  title_justify="left")  # fmt: skip
+    table = Table(
+        title=f"d5 bench net {model} ({mode}, batch {workload.batch}), run {run_id}",
+        title_justify="left",
+    )
     for column in ("executor", "median [95% CI] per step", "samples/s [95% CI]", "n"):
         table.add_column(column, justify="right")
     for row, t in zip(rows, timings, strict=True):
@@ -287,14 +320,45 @@ def bench_net(
         )
     out.print(table)
     for t in timings:
-        if not t.breakdown:
-            continue
-        layers = Table(title=f"per-node time on {t.executor} (top 15)", title_justify="left")
-        for column in ("node", "op", "median", "share"):
-            layers.add_column(column)
-        for layer in t.breakdown[:15]:
-            layers.add_row(
-                layer["node"], layer["op_type"], _fmt_time(layer["median"]),
-                f"{100 * layer['share']:.1f}%",
-            )  # fmt: skip
-        out.print(layers)
+        if t.per_node is not None and t.per_node.nodes:
+            out.print(_breakdown_table(t))
+
+
+def _store_net_timing(store: Any, run_id: str, timing: Any) -> None:
+    """Store a step's times and throughput, and its per-node times when broken down."""
+    labels = {"executor": timing.executor, "mode": timing.mode, "batch": timing.batch}
+    store.add_measurement(run_id, "time", timing.measurement, labels=labels)
+    store.add_measurement(
+        run_id, "throughput", timing.throughput_samples(), labels=labels, unit="samples/s"
+    )
+    per_node = timing.per_node
+    if per_node is None:
+        return
+    if per_node.note:
+        click.echo(f"d5: warning: {per_node.note}", err=True)
+    if not per_node.nodes:
+        return
+    for node in per_node.nodes:
+        node_labels = {
+            **labels, "node": node.node, "op_type": node.op_type, "direction": node.direction,
+        }  # fmt: skip
+        store.add_measurement(run_id, "node_time", node.samples, labels=node_labels)
+    store.add_metric(run_id, "node_time_sum", per_node.node_sum, labels=labels, unit="s")
+
+
+def _breakdown_table(timing: Any) -> Table:
+    per_node = timing.per_node
+    title = (
+        f"per-node time on {timing.executor} (top {min(15, len(per_node.nodes))} of "
+        f"{len(per_node.nodes)}; they add up "
+        f"to {_fmt_time(per_node.node_sum)}, the step takes {_fmt_time(per_node.step)})"
+    )
+    layers = Table(title=title, title_justify="left")
+    for column in ("node", "op", "direction", "median", "share"):
+        layers.add_column(column)
+    for node in per_node.nodes[:15]:
+        layers.add_row(
+            node.node, node.op_type, node.direction, _fmt_time(node.median),
+            f"{100 * node.share:.1f}%",
+        )  # fmt: skip
+    return layers

@@ -7,7 +7,7 @@ outside the timed region.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -21,14 +21,27 @@ if TYPE_CHECKING:
     from d5core.networks.network import Network
 
 __all__ = [
+    "BREAKDOWN_REPEATS",
+    "BREAKDOWN_TOLERANCE",
+    "DEFAULT_BATCH",
     "REFERENCE_EXECUTOR",
+    "Breakdown",
     "NetworkTiming",
     "NetworkValidation",
+    "NetworkWorkload",
+    "NodeTime",
+    "RunNodeTimes",
     "bench_networks",
     "executor_by_name",
+    "feeds_nbytes",
     "layer_breakdown",
     "load_model",
     "make_feeds",
+    "network_workload",
+    "node_runs",
+    "resolve_batch",
+    "samples_in",
+    "traced_node_times",
     "validate_network",
     "with_loss",
 ]
@@ -69,31 +82,122 @@ def with_loss(network: Network) -> tuple[Network, str]:
     return trained, loss
 
 
-def make_feeds(network: Network, batch: int, seed: int = 0) -> dict[str, np.ndarray]:
-    """Seeded inputs for every graph input; the first (symbolic) dimension is ``batch``.
+#: Samples per step when neither ``--batch`` nor the model fixes the batch.
+DEFAULT_BATCH = 32
+#: Operators whose second input holds class indices along axis 1 of the first.
+_CLASS_LOSSES = frozenset({"SoftmaxCrossEntropyLoss", "NegativeLogLikelihoodLoss"})
 
-    Float inputs are standard normal; an int64 ``labels`` input holds class indices
-    below the size of the first output's last dimension.
+
+def resolve_batch(network: Network, batch: int | None, *, what: str = "the model") -> int:
+    """The samples per step ``network`` runs when ``batch`` is asked for.
+
+    An input with a symbolic first dimension takes ``batch`` (:data:`DEFAULT_BATCH`
+    when ``None``). A model whose inputs all fix their first dimension runs that batch:
+    asking for another one is refused, since the graph cannot be re-batched.
+
+    :raises UsageError: for a non-positive ``batch``, or one a fixed-batch model cannot run.
     """
-    rng = np.random.default_rng(seed)
-    classes = network.outputs[0].shape[-1] if network.outputs[0].shape else None
-    feeds: dict[str, np.ndarray] = {}
+    if batch is not None and batch <= 0:
+        raise UsageError(f"--batch must be positive, got {batch}")
+    batched = [info for info in network.inputs if info.shape]
+    if not batched or any(info.shape[0] is None for info in batched):
+        return DEFAULT_BATCH if batch is None else batch
+    first = batched[0]
+    own = int(first.shape[0] or 0)
+    if batch is not None and batch != own:
+        raise UsageError(
+            f"{what} has a fixed batch of {own} (input {first.name!r} has shape "
+            f"{tuple(first.shape)}) and cannot be re-batched; leave out --batch or pass "
+            f"--batch {own}"
+        )
+    return own
+
+
+def _label_classes(network: Network, name: str) -> int | None:
+    """Classes of the integer input ``name``: axis 1 of the scores of the loss that
+    reads it, else axis 1 of the first output; ``None`` when unknown."""
+    scores = network.outputs[0].name if network.outputs else ""
+    for node in network.nodes:
+        if node.op_type in _CLASS_LOSSES and len(node.input) > 1 and node.input[1] == name:
+            scores = node.input[0]
+            break
+    shape = next((o.shape for o in network.outputs if o.name == scores), None)
+    if shape is None:
+        info = network.value_infos().get(scores)
+        shape = info.shape if info is not None else None
+    if shape and len(shape) >= 2 and isinstance(shape[1], int) and shape[1] > 0:
+        return shape[1]
+    return None
+
+
+def _feed_shapes(network: Network, batch: int) -> dict[str, tuple[int, ...]]:
+    shapes: dict[str, tuple[int, ...]] = {}
     for info in network.inputs:
         dims = list(info.shape)
         if dims and dims[0] is None:
             dims[0] = batch
-        shape = [d for d in dims if isinstance(d, int) and d > 0]
+        shape = tuple(d for d in dims if isinstance(d, int) and d > 0)
         if len(shape) != len(dims):
             raise UsageError(
                 f"input {info.name!r} of the model has shape {tuple(info.shape)} with an "
                 f"unknown dimension other than the batch; give the model fixed shapes"
             )
+        shapes[info.name] = shape
+    return shapes
+
+
+def feeds_nbytes(network: Network, batch: int) -> int:
+    """A lower bound on the memory :func:`make_feeds` takes, in bytes: the feeds, and
+    the float64 draw the largest float input is generated from."""
+    shapes = _feed_shapes(network, batch)
+    total, draw = 0, 0
+    for info in network.inputs:
+        elements = int(np.prod(shapes[info.name], dtype=object))
+        dtype = np.dtype(info.dtype or "float32")
+        total += elements * dtype.itemsize
+        if not np.issubdtype(dtype, np.integer):
+            draw = max(draw, elements * 8)
+    return total + draw
+
+
+def make_feeds(network: Network, batch: int, seed: int = 0) -> dict[str, np.ndarray]:
+    """Seeded inputs for every graph input; the first (symbolic) dimension is ``batch``.
+
+    Float inputs are standard normal. An integer input holds class indices below the
+    number of classes on axis 1 of the scores of the loss that reads it (as
+    ``SoftmaxCrossEntropyLoss`` reads them), else of the first output.
+
+    :raises UsageError: for an unknown dimension other than the batch, or feeds larger
+        than the free memory (checked before anything is allocated).
+    """
+    from d5core.workloads.memory import check_fits
+
+    shapes = _feed_shapes(network, batch)
+    check_fits(
+        feeds_nbytes(network, batch),
+        f"the inputs of {network.name or 'the model'} at batch {batch} need at least {{need}}",
+        "give the model smaller input shapes or a smaller --batch",
+    )
+    rng = np.random.default_rng(seed)
+    feeds: dict[str, np.ndarray] = {}
+    for info in network.inputs:
+        shape = shapes[info.name]
         if np.issubdtype(np.dtype(info.dtype), np.integer):
-            high = int(classes) if isinstance(classes, int) and classes > 0 else 2
+            high = _label_classes(network, info.name) or 2
             feeds[info.name] = rng.integers(0, high, shape, dtype=np.dtype(info.dtype))
         else:
             feeds[info.name] = rng.standard_normal(shape).astype(info.dtype)
     return feeds
+
+
+def samples_in(network: Network, feeds: Mapping[str, np.ndarray]) -> int:
+    """The samples one step on ``feeds`` processes: the first dimension of the first
+    graph input that has one (1 for a model of scalar inputs)."""
+    for info in network.inputs:
+        value = feeds.get(info.name)
+        if value is not None and np.ndim(value) > 0:
+            return int(np.shape(value)[0])
+    return 1
 
 
 # -- validation ------------------------------------------------------------------------
@@ -155,8 +259,8 @@ def validate_network(
     )
 
     network = load_model(model)
-    result = NetworkValidation(model, executor, batch)
     feeds = make_feeds(network, batch, seed)
+    result = NetworkValidation(model, executor, samples_in(network, feeds))
     names = [o.name for o in network.outputs]
     reference = executor_by_name(REFERENCE_EXECUTOR, network, manager).inference(feeds)
     candidate = executor_by_name(executor, network, manager)
@@ -196,15 +300,209 @@ def validate_network(
 
 
 @dataclass
+class NetworkWorkload:
+    """What ``d5 bench net`` runs: the network (with its loss for a training step) and
+    the feeds, made once and shared by every executor."""
+
+    model: str
+    mode: str
+    network: Network
+    loss: str
+    feeds: dict[str, np.ndarray]
+    #: Samples one step processes: what throughput counts.
+    batch: int
+
+
+def network_workload(
+    model: str, *, batch: int | None = None, mode: str = "inference", seed: int = 0
+) -> NetworkWorkload:
+    """Load ``model`` and make its feeds for ``mode`` at ``batch`` (see
+    :func:`resolve_batch`); every check that can refuse the request runs here.
+
+    :raises UsageError: for an unknown mode, a batch the model cannot run, or feeds
+        larger than the free memory.
+    """
+    if mode not in ("inference", "train-step"):
+        raise UsageError(f"unknown mode {mode!r}; choose inference or train-step")
+    network = load_model(model)
+    size = resolve_batch(network, batch, what=model)
+    loss = ""
+    if mode == "train-step":
+        network, loss = with_loss(network)
+    feeds = make_feeds(network, size, seed)
+    return NetworkWorkload(model, mode, network, loss, feeds, samples_in(network, feeds))
+
+
+@dataclass
+class NodeTime:
+    """The time of one node (in one direction) over the breakdown's runs."""
+
+    node: str
+    op_type: str
+    direction: str
+    #: Seconds in each run (the node's occurrences within a run added up).
+    samples: list[float]
+    share: float = 0.0
+
+    @property
+    def median(self) -> float:
+        return float(np.median(self.samples))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "node": self.node,
+            "op_type": self.op_type,
+            "direction": self.direction,
+            "median": self.median,
+            "share": self.share,
+        }
+
+
+@dataclass
+class Breakdown:
+    """Per-node times of one executor, and how far to trust them."""
+
+    nodes: list[NodeTime]
+    #: The sum of the node medians, in seconds (0 without nodes).
+    node_sum: float
+    #: The measured step (its median), in seconds.
+    step: float
+    #: Why there are no nodes, or why they do not add up to the step; empty when fine.
+    note: str = ""
+
+    @property
+    def agrees(self) -> bool:
+        """Whether the node times add up to within :data:`BREAKDOWN_TOLERANCE` (10%) of
+        the measured step."""
+        off = abs(self.node_sum - self.step)
+        return bool(self.nodes) and off <= BREAKDOWN_TOLERANCE * self.step
+
+
+#: Per-run node times: for each run, (node, op_type, direction, seconds) of every node run.
+RunNodeTimes = list[list[tuple[str, str, str, float]]]
+
+#: Runs timed per node by :func:`layer_breakdown`, after one untimed warm-up run.
+BREAKDOWN_REPEATS = 5
+#: How far the node sum may stray from the measured step before a warning.
+BREAKDOWN_TOLERANCE = 0.10
+
+
+def traced_node_times(run: Callable[[], object], repeats: int = BREAKDOWN_REPEATS) -> RunNodeTimes:
+    """Per-node times of ``repeats`` runs of ``run`` from the executor's graph-node events
+    (after one warm-up run whose times are dropped).
+
+    Runs apart from the timed measurement: subscribing to node events costs time.
+    """
+    from d5core.bus import END, GRAPH_NODE, Event, MetricBus, use_bus
+
+    current: list[tuple[str, str, str, float]] = []
+
+    def collect(event: Event) -> None:
+        payload = event.payload
+        current.append(
+            (
+                str(payload.get("node", "?")),
+                str(payload.get("op_type", "?")),
+                str(payload.get("direction", "forward")),
+                int(payload["duration_ns"]) / 1e9,
+            )
+        )
+
+    bus = MetricBus()
+    bus.subscribe(GRAPH_NODE + END, collect)
+    runs: RunNodeTimes = []
+    with use_bus(bus):
+        for _ in range(repeats + 1):
+            current = []
+            run()
+            runs.append(current)
+    return runs[1:]
+
+
+def _node_times(runs: RunNodeTimes) -> list[NodeTime]:
+    per_run: dict[tuple[str, str, str], list[float]] = {}
+    for index, events in enumerate(runs):
+        for node, op_type, direction, seconds in events:
+            times = per_run.setdefault((node, op_type, direction), [0.0] * len(runs))
+            times[index] += seconds
+    nodes = [NodeTime(n, op, d, times) for (n, op, d), times in per_run.items()]
+    total = sum(n.median for n in nodes) or 1.0
+    for n in nodes:
+        n.share = n.median / total
+    return sorted(nodes, key=lambda n: -n.median)
+
+
+def layer_breakdown(runs: RunNodeTimes, step: float, *, executor: str, mode: str) -> Breakdown:
+    """Per-node medians from ``runs``, checked against the measured ``step`` (seconds).
+
+    The note says when the executor reports no nodes, when a training step's backward is
+    not broken down, and when the node sum is off the step by more than 10%.
+    """
+    nodes = _node_times(runs)
+    if not nodes:
+        return Breakdown(
+            [], 0.0, step,
+            f"the {executor} executor cannot break a step down per node: it reports no "
+            f"per-node times (graph.node events)",
+        )  # fmt: skip
+    node_sum = sum(n.median for n in nodes)
+    result = Breakdown(nodes, node_sum, step)
+    if mode == "train-step" and not any(n.direction == "backward" for n in nodes):
+        result.note = (
+            f"the {executor} executor breaks down the forward nodes only ({_seconds(node_sum)}"
+            f" of the {_seconds(step)} step): its backward is not broken down"
+        )
+    elif not result.agrees:
+        more = "more" if node_sum > step else "less"
+        off = abs(node_sum - step) / step if step > 0 else float("inf")
+        result.note = (
+            f"on {executor} the node times add up to {_seconds(node_sum)}, {100 * off:.0f}% "
+            f"{more} than the measured step of {_seconds(step)}: do not trust the per-node "
+            f"times (tracing overhead, machine load, or work outside the nodes)"
+        )
+    return result
+
+
+def _seconds(value: float) -> str:
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
+        if value >= scale:
+            return f"{value / scale:.3g} {unit}"
+    return f"{value / 1e-9:.3g} ns"
+
+
+def node_runs(
+    executor: GraphExecutor, run: Callable[[], object], workload: NetworkWorkload
+) -> RunNodeTimes:
+    """Per-node times of ``executor``: from its own profiler where it has one (a
+    ``profile_nodes(feeds, repeats)`` method, as onnxruntime's), else from the graph-node
+    events it publishes while ``run`` runs."""
+    profile = getattr(executor, "profile_nodes", None)
+    if callable(profile) and workload.mode == "inference":
+        runs: RunNodeTimes = profile(workload.feeds, BREAKDOWN_REPEATS)
+        return runs
+    return traced_node_times(run)
+
+
+@dataclass
 class NetworkTiming:
     """One measured (model, executor, mode) with its throughput."""
 
     model: str
     executor: str
     mode: str
+    #: Samples per step, as run: what the throughput counts.
     batch: int
     measurement: Any
-    breakdown: list[dict[str, Any]] = field(default_factory=list)
+    per_node: Breakdown | None = None
+
+    @property
+    def breakdown(self) -> list[dict[str, Any]]:
+        """The per-node rows, slowest first; empty without a breakdown."""
+        return [n.to_json() for n in self.per_node.nodes] if self.per_node else []
+
+    def throughput_samples(self) -> list[float]:
+        """Samples per second of every timed step."""
+        return [self.batch / t for t in self.measurement.samples if t > 0]
 
     def to_json(self) -> dict[str, Any]:
         s = self.measurement.summary
@@ -222,79 +520,58 @@ class NetworkTiming:
             "throughput_ci_low": self.batch / s.ci_high,
             "throughput_ci_high": self.batch / s.ci_low,
             "breakdown": self.breakdown,
+            "breakdown_sum": self.per_node.node_sum if self.per_node else None,
+            "breakdown_note": self.per_node.note if self.per_node else "",
         }
-
-
-def layer_breakdown(run: Callable[[], object], repeats: int = 5) -> list[dict[str, Any]]:
-    """Per-node times from the executor's graph-node events, over ``repeats`` runs.
-
-    Runs apart from the timed measurement: subscribing to node events costs time.
-    """
-    from d5core.bus import END, GRAPH_NODE, Event, MetricBus, use_bus
-
-    durations: dict[tuple[str, str], list[int]] = {}
-
-    def collect(event: Event) -> None:
-        key = (str(event.payload.get("node", "?")), str(event.payload.get("op_type", "?")))
-        durations.setdefault(key, []).append(int(event.payload["duration_ns"]))
-
-    bus = MetricBus()
-    bus.subscribe(GRAPH_NODE + END, collect)
-    with use_bus(bus):
-        for _ in range(repeats):
-            run()
-    medians = {key: float(np.median(v)) / 1e9 for key, v in durations.items()}
-    total = sum(medians.values()) or 1.0
-    rows = [
-        {"node": node, "op_type": op, "median": t, "share": t / total}
-        for (node, op), t in medians.items()
-    ]
-    return sorted(rows, key=lambda r: -r["median"])
 
 
 def bench_networks(
     model: str,
     executors: Sequence[str],
     *,
-    batch: int = 32,
+    batch: int | None = None,
     mode: str = "inference",
     options: Any = None,
     seed: int = 0,
     breakdown: bool = False,
     manager: PluginManager | None = None,
     on_result: Callable[[NetworkTiming], None] | None = None,
+    workload: NetworkWorkload | None = None,
 ) -> list[NetworkTiming]:
-    """Time ``model`` on each executor, in turn, in ``mode`` (inference or train-step)."""
+    """Time ``model`` on each executor, in turn, in ``mode`` (inference or train-step).
+
+    :param batch: samples per step; ``None`` for the model's own fixed batch, or
+        :data:`DEFAULT_BATCH` (see :func:`resolve_batch`).
+    :param workload: the network and feeds, made by :func:`network_workload` (which
+        these arguments build when it is ``None``).
+    """
     from d5core.measure.engine import measure, synchronizer_for
 
-    network = load_model(model)
-    loss = ""
-    if mode == "train-step":
-        network, loss = with_loss(network)
-    elif mode != "inference":
-        raise UsageError(f"unknown mode {mode!r}; choose inference or train-step")
-    feeds = make_feeds(network, batch, seed)
+    work = workload or network_workload(model, batch=batch, mode=mode, seed=seed)
     timings: list[NetworkTiming] = []
     for name in executors:
-        executor = executor_by_name(name, network, manager)
-        if mode == "train-step":
+        executor = executor_by_name(name, work.network, manager)
+        if work.mode == "train-step":
             if not getattr(executor, "trains", True):
                 raise UsageError(
                     f"the {name} executor runs inference only; use --mode inference or "
                     f"leave {name} out of --executors"
                 )
-            run = executor.prepare_train_step(feeds, loss)
+            run = executor.prepare_train_step(work.feeds, work.loss)
         else:
-            run = executor.prepare_inference(feeds)
+            run = executor.prepare_inference(work.feeds)
         m = measure(
             run,
             options,
-            name=f"{name} {model} {mode}",
+            name=f"{name} {model} {work.mode}",
             synchronize=synchronizer_for(executor.device),
         )
-        timing = NetworkTiming(model, name, mode, batch, m)
+        timing = NetworkTiming(model, name, work.mode, work.batch, m)
         if breakdown:
-            timing.breakdown = layer_breakdown(run)
+            runs = node_runs(executor, run, work)
+            timing.per_node = layer_breakdown(
+                runs, float(m.summary.median), executor=name, mode=work.mode
+            )
         timings.append(timing)
         if on_result is not None:
             on_result(timing)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -17,6 +17,9 @@ from d5core.errors import UsageError
 from d5core.levels.operators import Operator, OperatorBackend, TensorDescriptor
 from d5core.plugins import PluginManager, get_plugin_manager
 from d5core.workloads.problems import Problem
+
+if TYPE_CHECKING:
+    from d5core.workloads.roofline import Peak
 
 __all__ = [
     "CUSTOM_BACKEND",
@@ -28,6 +31,7 @@ __all__ = [
     "backend_by_name",
     "bench_ops",
     "build_operator",
+    "check_bench_request",
     "flops_of",
     "prepare",
     "problem_for",
@@ -221,6 +225,24 @@ def validate_op(
 # -- benchmarking ----------------------------------------------------------------------
 
 
+def check_bench_request(problems: Sequence[Problem], backends: Sequence[str], dtype: str) -> None:
+    """Refuse, before anything runs, an unknown dtype, a backend listed twice, or a
+    problem whose tensors would not fit in the free memory.
+
+    :raises UsageError: naming what is wrong and how to fix it.
+    """
+    from d5core.workloads.problems import dtype_of
+
+    dtype_of(dtype)
+    seen: set[str] = set()
+    for name in backends:
+        if name in seen:
+            raise UsageError(f"backend {name!r} is listed twice; list each backend once")
+        seen.add(name)
+    for problem in problems:
+        problem.check_memory(dtype)
+
+
 @dataclass
 class OperatorTiming:
     """One measured (problem, backend, direction)."""
@@ -234,6 +256,18 @@ class OperatorTiming:
     gflops: float | None
     #: ``gflops`` over the machine's peak, when both are known.
     peak_fraction: float | None
+
+    @property
+    def flops(self) -> int:
+        """FLOPs of one pass in this direction; 0 when not counted."""
+        return flops_of(self.problem, self.direction)
+
+    def gflops_samples(self) -> list[float]:
+        """The achieved GFLOP/s of every sample; empty when the FLOPs are not counted."""
+        flops = self.flops
+        if not flops:
+            return []
+        return [flops / t / 1e9 for t in self.measurement.samples if t > 0]
 
     def to_json(self) -> dict[str, Any]:
         s = self.measurement.summary
@@ -278,17 +312,24 @@ def bench_ops(
     seed: int = 0,
     manager: PluginManager | None = None,
     on_result: Callable[[OperatorTiming], None] | None = None,
+    peak: Peak | None = None,
 ) -> list[OperatorTiming]:
     """Time every problem on every backend in each direction, side by side.
 
     Backends take turns on each problem, so slow drifts of the machine hit them alike.
     Inputs are made once per problem and converted by each backend before timing.
+    Every problem is checked against the free memory before the first is timed.
+
+    :param peak: the machine's peak for the peak fraction; :func:`cpu_peak` by default.
+    :raises UsageError: for an unknown dtype, a backend named twice, or a problem whose
+        tensors do not fit in memory.
     """
     from d5core.measure.engine import measure, synchronizer_for
     from d5core.workloads.roofline import cpu_peak
 
+    check_bench_request(problems, backends, dtype)
     instances = {name: backend_by_name(name, manager) for name in backends}
-    peak = cpu_peak().gflops.get(dtype)
+    peak_gflops = (peak or cpu_peak()).gflops.get(dtype)
     timings: list[OperatorTiming] = []
     for problem in problems:
         inputs = problem.make_inputs(dtype, seed)
@@ -307,7 +348,8 @@ def bench_ops(
                 )
                 flops = flops_of(problem, direction)
                 gflops = flops / m.summary.median / 1e9 if flops and m.summary.median else None
-                fraction = gflops / peak if gflops and peak and operator.device == "cpu" else None
+                on_cpu = operator.device == "cpu"
+                fraction = gflops / peak_gflops if gflops and peak_gflops and on_cpu else None
                 timing = OperatorTiming(problem, name, direction, dtype, m, gflops, fraction)
                 timings.append(timing)
                 if on_result is not None:

@@ -22,6 +22,8 @@ __all__ = [
     "Problem",
     "all_suites",
     "conv_problem",
+    "count_flops",
+    "dtype_of",
     "gemm_problem",
     "parse_shapes",
     "suite",
@@ -34,7 +36,8 @@ class InputSpec:
 
     ``kind`` is ``"float"`` (standard normal values in the problem's dtype), ``"positive"``
     (uniform in [0.5, 1.5]), ``"labels"`` (int64 class indices below ``high``) or
-    ``"const"`` (the int64 array ``value``, for shape and axes inputs).
+    ``"const"`` (the int64 array ``value``, for shape and axes inputs). An ``optional``
+    input (Gemm's C, Conv's B) may be left out when the problem is given by shapes.
     """
 
     shape: tuple[int, ...]
@@ -42,6 +45,7 @@ class InputSpec:
     high: int = 0
     value: tuple[int, ...] = ()
     name: str = ""
+    optional: bool = False
 
     @property
     def differentiable(self) -> bool:
@@ -56,8 +60,14 @@ class Problem:
     inputs: tuple[InputSpec, ...]
     attributes: Mapping[str, Any] = field(default_factory=dict)
     name: str = ""
-    #: Floating-point operations of one forward pass; 0 when not counted.
+    #: Floating-point operations of one forward pass; counted from the shapes for
+    #: Gemm, MatMul, Conv and ConvTranspose when not given, else 0 (not counted).
     flops: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.flops:
+            shapes = [spec.shape for spec in self.inputs]
+            object.__setattr__(self, "flops", count_flops(self.op, shapes, self.attributes))
 
     @property
     def label(self) -> str:
@@ -66,8 +76,42 @@ class Problem:
             return self.name
         return f"{self.op}[{','.join('x'.join(map(str, i.shape)) for i in self.inputs)}]"
 
+    def nbytes(self, dtype: str = "float32") -> int:
+        """A lower bound on the memory the problem's tensors take, in bytes.
+
+        The inputs in ``dtype`` (int64 for labels and constants), the output (as large as
+        the largest input, or Gemm's, MatMul's or a convolution's own output) and the
+        float64 draw each float input is generated from.
+        """
+        itemsize = dtype_of(dtype).itemsize
+        sizes = [int(np.prod(spec.shape, dtype=object)) for spec in self.inputs]
+        floats = [n for n, spec in zip(sizes, self.inputs, strict=True) if spec.differentiable]
+        inputs = sum(
+            n * (itemsize if spec.differentiable else 8)
+            for n, spec in zip(sizes, self.inputs, strict=True)
+        )
+        output = max([*sizes, _output_elements(self)]) * itemsize
+        return int(inputs + output + 8 * max(floats, default=0))
+
+    def check_memory(self, dtype: str = "float32") -> None:
+        """Refuse, before anything is allocated, a problem larger than the free memory.
+
+        :raises UsageError: naming the estimate and the available memory in GiB.
+        """
+        from d5core.workloads.memory import check_fits
+
+        check_fits(
+            self.nbytes(dtype),
+            f"problem {self.label} needs at least {{need}} for its tensors ({dtype})",
+            "give smaller --shape",
+        )
+
     def make_inputs(self, dtype: str = "float32", seed: int = 0) -> list[np.ndarray]:
-        """Generate the inputs from ``seed``: the same numbers for every backend."""
+        """Generate the inputs from ``seed``: the same numbers for every backend.
+
+        :raises UsageError: for an unknown dtype, or tensors larger than the free memory.
+        """
+        self.check_memory(dtype)
         rng = np.random.default_rng(seed)
         arrays: list[np.ndarray] = []
         for spec in self.inputs:
@@ -84,23 +128,138 @@ class Problem:
         return arrays
 
     def with_shapes(self, shapes: Sequence[tuple[int, ...]]) -> Problem:
-        """The same problem with the float inputs reshaped (``--shape`` on the CLI)."""
+        """The same problem with the float inputs reshaped (``--shape`` on the CLI).
+
+        Trailing optional inputs (Gemm's C, Conv's B) whose shape is not given are left
+        out. The FLOPs are counted again from the new shapes.
+        """
         floats = [i for i, s in enumerate(self.inputs) if s.differentiable]
-        if len(shapes) != len(floats):
-            example = ",".join("x".join(map(str, self.inputs[i].shape)) for i in floats)
-            raise UsageError(
-                f"{self.op} takes {len(floats)} tensor shape(s) but {len(shapes)} were given; "
-                f"pass them as --shape {example}"
-            )
+        required = [i for i in floats if not self.inputs[i].optional]
+        if not len(required) <= len(shapes) <= len(floats):
+            raise UsageError(self._shape_count_message(floats, required, len(shapes)))
+        dropped = set(floats[len(shapes) :])
         new = list(self.inputs)
-        for index, shape in zip(floats, shapes, strict=True):
+        for index, shape in zip(floats, shapes, strict=False):
             old = new[index]
-            new[index] = InputSpec(shape, old.kind, old.high, old.value, old.name)
-        return Problem(self.op, tuple(new), self.attributes, "", 0)
+            new[index] = InputSpec(shape, old.kind, old.high, old.value, old.name, old.optional)
+        kept = tuple(spec for i, spec in enumerate(new) if i not in dropped)
+        return Problem(self.op, kept, self.attributes, "", 0)
+
+    def _shape_count_message(self, floats: list[int], required: list[int], given: int) -> str:
+        def shown(indices: list[int]) -> str:
+            return ",".join("x".join(map(str, self.inputs[i].shape)) for i in indices)
+
+        if len(required) == len(floats):
+            return (
+                f"{self.op} takes {len(floats)} tensor shape(s) but {given} were given; "
+                f"pass them as --shape {shown(floats)}"
+            )
+        optional = ", ".join(self.inputs[i].name or f"input {i}" for i in floats[len(required) :])
+        return (
+            f"{self.op} takes {len(required)} to {len(floats)} tensor shapes ({optional} "
+            f"optional), not {given}; pass them as --shape {shown(required)} or "
+            f"--shape {shown(floats)}"
+        )
+
+
+def dtype_of(name: str) -> np.dtype[Any]:
+    """The numpy dtype named ``name``.
+
+    :raises UsageError: for a name numpy does not know, listing the float dtypes.
+    """
+    try:
+        return np.dtype(name)
+    except (TypeError, ValueError):
+        raise UsageError(
+            f"unknown dtype {name!r}; choose one of float16, float32, float64"
+        ) from None
+
+
+def count_flops(op: str, shapes: Sequence[tuple[int, ...]], attributes: Mapping[str, Any]) -> int:
+    """Floating-point operations of one forward pass of ``op`` on inputs of ``shapes``.
+
+    Multiply-adds count two: Gemm ``2mnk`` (C's addition not counted, as DeepBench),
+    MatMul ``2mnk`` per broadcast batch, Conv ``2 N K (C/group) prod(kernel)
+    prod(output)`` (a direct convolution), ConvTranspose ``2 N C (K/group) prod(kernel)
+    prod(input)``. Other operators, and shapes that do not fit the operator, give 0.
+    """
+    try:
+        if op == "Gemm" and len(shapes) >= 2:
+            m, n, k = _gemm_dims(shapes[0], shapes[1], attributes)
+            return 2 * m * n * k
+        if op == "MatMul" and len(shapes) >= 2:
+            return _matmul_flops(shapes[0], shapes[1])
+        if op in ("Conv", "ConvTranspose") and len(shapes) >= 2:
+            x, w = shapes[0], shapes[1]
+            if len(x) < 3 or len(w) != len(x):
+                return 0
+            kernel = int(np.prod(w[2:]))
+            if op == "ConvTranspose":
+                return 2 * x[0] * x[1] * w[1] * kernel * int(np.prod(x[2:]))
+            return 2 * x[0] * w[0] * w[1] * kernel * int(np.prod(_conv_output(x, w, attributes)))
+    except (TypeError, ValueError, IndexError):
+        return 0
+    return 0
+
+
+def _gemm_dims(
+    a: tuple[int, ...], b: tuple[int, ...], attributes: Mapping[str, Any]
+) -> tuple[int, int, int]:
+    if len(a) != 2 or len(b) != 2:
+        raise ValueError("Gemm takes matrices")
+    m, k = (a[1], a[0]) if attributes.get("transA") else a
+    n = b[0] if attributes.get("transB") else b[1]
+    return m, n, k
+
+
+def _matmul_flops(a: tuple[int, ...], b: tuple[int, ...]) -> int:
+    if not a or not b:
+        return 0
+    m, k = (1, a[0]) if len(a) == 1 else a[-2:]
+    n = 1 if len(b) == 1 else b[-1]
+    batch = np.broadcast_shapes(tuple(a[:-2]), tuple(b[:-2]))
+    return 2 * int(np.prod(batch, dtype=object)) * m * n * k
+
+
+def _conv_output(
+    x: tuple[int, ...], w: tuple[int, ...], attributes: Mapping[str, Any]
+) -> list[int]:
+    dims = len(x) - 2
+    strides = list(attributes.get("strides") or [1] * dims)
+    dilations = list(attributes.get("dilations") or [1] * dims)
+    pads = list(attributes.get("pads") or [0] * (2 * dims))
+    if str(attributes.get("auto_pad", "NOTSET")).startswith("SAME"):
+        return [-(-x[2 + i] // strides[i]) for i in range(dims)]
+    return [
+        (x[2 + i] + pads[i] + pads[i + dims] - dilations[i] * (w[2 + i] - 1) - 1) // strides[i] + 1
+        for i in range(dims)
+    ]
+
+
+def _output_elements(problem: Problem) -> int:
+    """Elements of the output of Gemm, MatMul and Conv; 0 for other operators."""
+    shapes = [spec.shape for spec in problem.inputs]
+    try:
+        if problem.op == "Gemm" and len(shapes) >= 2:
+            m, n, _ = _gemm_dims(shapes[0], shapes[1], problem.attributes)
+            return m * n
+        if problem.op == "MatMul" and len(shapes) >= 2:
+            return _matmul_flops(shapes[0], shapes[1]) // (2 * max(1, shapes[0][-1]))
+        if problem.op == "Conv" and len(shapes) >= 2:
+            out = _conv_output(shapes[0], shapes[1], problem.attributes)
+            return shapes[0][0] * shapes[1][0] * int(np.prod(out, dtype=object))
+    except (TypeError, ValueError, IndexError):
+        return 0
+    return 0
 
 
 def parse_shapes(text: str) -> list[tuple[int, ...]]:
-    """Parse ``"4x3,3x5"`` into ``[(4, 3), (3, 5)]``."""
+    """Parse ``"4x3,3x5"`` into ``[(4, 3), (3, 5)]``; an empty text is a usage error."""
+    if not text.strip():
+        raise UsageError(
+            "--shape is empty; give the input shapes (for example --shape 4x3,3x5) or "
+            "leave out --shape"
+        )
     shapes: list[tuple[int, ...]] = []
     for part in text.split(","):
         try:
@@ -224,8 +383,19 @@ def suite(name: str, op: str | None = None) -> list[Problem]:
         raise UsageError(f"no operator suite named {name!r}; known suites: {known}")
     problems = [p for p in suites[name] if op is None or p.op == op]
     if not problems:
-        raise UsageError(f"suite {name!r} has no {op} problems; try --suite cpu-small")
+        raise UsageError(_no_problems_message(name, str(op), suites))
     return problems
+
+
+def _no_problems_message(name: str, op: str, suites: Mapping[str, list[Problem]]) -> str:
+    """Why suite ``name`` cannot run ``op``, and the suites or options that can."""
+    others = sorted(n for n, problems in suites.items() if any(p.op == op for p in problems))
+    if others:
+        return f"suite {name!r} has no {op} problems; suites that have: {', '.join(others)}"
+    return (
+        f"suite {name!r} has no {op} problems, and no other suite has; leave out --suite to "
+        f"run d5's default {op} problem, or give its input shapes with --shape"
+    )
 
 
 def _f(*shape: int, name: str = "") -> InputSpec:
@@ -239,13 +409,17 @@ DEFAULT_PROBLEMS: dict[str, Problem] = {
     for p in [
         Problem(
             "Gemm",
-            (_f(4, 5, name="A"), _f(5, 3, name="B"), _f(3, name="C")),
+            (_f(4, 5, name="A"), _f(5, 3, name="B"), InputSpec((3,), name="C", optional=True)),
             {"alpha": 0.5, "beta": 2.0},
         ),
         Problem("MatMul", (_f(2, 4, 5, name="A"), _f(5, 3, name="B"))),
         Problem(
             "Conv",
-            (_f(2, 3, 7, 7, name="X"), _f(4, 3, 3, 3, name="W"), _f(4, name="B")),
+            (
+                _f(2, 3, 7, 7, name="X"),
+                _f(4, 3, 3, 3, name="W"),
+                InputSpec((4,), name="B", optional=True),
+            ),
             {"pads": [1, 1, 1, 1], "strides": [2, 1]},
         ),
         Problem(
@@ -278,7 +452,8 @@ DEFAULT_PROBLEMS: dict[str, Problem] = {
                 InputSpec((3,), "positive", name="var"),
             ),
         ),
-        Problem("Dropout", (_f(3, 4, name="X"),), {"ratio": 0.0}),
+        # training mode with a real mask: backends must drop what the reference drops
+        Problem("Dropout", (_f(3, 4, name="X"),), {"ratio": 0.5, "training_mode": 1}),
         Problem("Add", (_f(3, 4, name="A"), _f(4, name="B"))),
         Problem("Sub", (_f(3, 4, name="A"), _f(3, 1, name="B"))),
         Problem("Mul", (_f(3, 4, name="A"), _f(3, 4, name="B"))),

@@ -76,7 +76,7 @@ def test_peak_counts_full_width_avx512_only_where_the_core_has_it(monkeypatch, f
     }
     monkeypatch.delenv("D5_PEAK_GFLOPS", raising=False)
     monkeypatch.setattr(roofline, "read_cpuinfo", lambda: info)
-    peak = roofline.cpu_peak(cores=2)
+    peak = roofline.estimate_peak(cores=2)
     assert peak.gflops["float32"] == pytest.approx(2 * 2.0 * (bits / 32) * 2 * 2)
     assert f"{bits}-bit" in peak.source
 

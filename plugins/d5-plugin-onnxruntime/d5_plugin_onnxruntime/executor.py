@@ -17,9 +17,12 @@ one-line :class:`~d5core.errors.UsageError` s.
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import tempfile
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
@@ -30,7 +33,7 @@ from onnx import numpy_helper
 from d5core.errors import UsageError
 from d5core.levels.networks import GraphExecutor
 
-__all__ = ["OnnxRuntimeExecutor", "default_session_options", "default_threads"]
+__all__ = ["OnnxRuntimeExecutor", "default_session_options", "default_threads", "profile_runs"]
 
 _PREFIX = re.compile(r"^\[ONNXRuntimeError\]\s*:\s*\d+\s*:\s*\w+\s*:\s*")
 #: A C++ source location and function signature ORT puts before some messages.
@@ -48,6 +51,8 @@ _NO_KERNEL = re.compile(
 _NOT_REGISTERED = re.compile(
     r"(?:(?P<domain>[\w.]*):)?(?P<op>\w+)\((?P<version>-?\d+)\) is not a registered function/op"
 )
+#: The suffix of a node's kernel event in an ONNX Runtime profile.
+_KERNEL_SUFFIX = "_kernel_time"
 _OPSET_TOO_NEW = re.compile(
     r"Opset (?P<used>\d+) is under development.*?domain (?P<domain>[\w.]+) is till opset "
     r"(?P<max>\d+)",
@@ -141,6 +146,32 @@ def _load_error(exc: BaseException, model: onnx.ModelProto) -> UsageError:
     return UsageError(f"onnxruntime {ort.__version__} cannot load the model: {_one_line(exc)}")
 
 
+def profile_runs(events: list[dict[str, Any]]) -> list[list[tuple[str, str, str, float]]]:
+    """Split an ONNX Runtime profile (its JSON events) into runs of node kernel times.
+
+    Each ``model_run`` event is one run; a ``Node`` event ``<node>_kernel_time`` belongs
+    to the run whose span holds it. Durations are in microseconds in the profile.
+    """
+    runs = sorted(
+        (e for e in events if e.get("cat") == "Session" and e.get("name") == "model_run"),
+        key=lambda e: int(e["ts"]),
+    )
+    spans = [(int(r["ts"]), int(r["ts"]) + int(r["dur"])) for r in runs]
+    per_run: list[list[tuple[str, str, str, float]]] = [[] for _ in runs]
+    for event in events:
+        name = str(event.get("name", ""))
+        if event.get("cat") != "Node" or not name.endswith(_KERNEL_SUFFIX):
+            continue
+        ts = int(event["ts"])
+        index = next((i for i, (t0, t1) in enumerate(spans) if t0 <= ts <= t1), None)
+        if index is None:
+            continue
+        op_type = str(event.get("args", {}).get("op_name", "?"))
+        node = name.removesuffix(_KERNEL_SUFFIX)
+        per_run[index].append((node, op_type, "forward", int(event["dur"]) / 1e6))
+    return per_run
+
+
 class OnnxRuntimeExecutor(GraphExecutor):
     """Runs an ONNX network with ONNX Runtime; inference only.
 
@@ -163,13 +194,16 @@ class OnnxRuntimeExecutor(GraphExecutor):
         self._optional_names = {i.name for i in self.session.get_overridable_initializers()}
         self.output_names: list[str] = [o.name for o in self.session.get_outputs()]
 
-    def _create_session(self, providers: list[Any]) -> ort.InferenceSession:
+    def _create_session(
+        self, providers: list[Any], options: ort.SessionOptions | None = None
+    ) -> ort.InferenceSession:
         model = self._model
         for _ in range(2):
             try:
                 return ort.InferenceSession(
-                    model.SerializeToString(), self.session_options, providers=providers
-                )
+                    model.SerializeToString(), options or self.session_options,
+                    providers=providers,
+                )  # fmt: skip
             except Exception as exc:
                 found = _MAX_IR.search(str(exc))
                 if found is None or model is not self._model:
@@ -248,6 +282,31 @@ class OnnxRuntimeExecutor(GraphExecutor):
             return binding
 
         return run_bound_synchronized
+
+    def profile_nodes(
+        self, feeds: Mapping[str, np.ndarray], repeats: int
+    ) -> list[list[tuple[str, str, str, float]]]:
+        """Per-node kernel times of ``repeats`` runs on ``feeds``, from ONNX Runtime's
+        profiler: ``[(node, op_type, "forward", seconds), ...]`` per run.
+
+        A second session with profiling on runs one untimed warm-up and then the
+        ``repeats`` runs; the timed session is left alone. Nodes are those of the graph
+        ONNX Runtime optimised, under its names: fused nodes (Conv with its Relu, for
+        example) appear once, with the fused operator's type.
+        """
+        prepared = self._check_feeds(feeds)
+        with tempfile.TemporaryDirectory(prefix="d5-ort-profile-") as tmp:
+            options = default_session_options(self.session_options.intra_op_num_threads)
+            options.enable_profiling = True
+            options.profile_file_prefix = os.path.join(tmp, "profile")
+            session = self._create_session(self._providers, options)
+            try:
+                for _ in range(repeats + 1):
+                    session.run(self.output_names, prepared)
+            except Exception as exc:
+                raise UsageError(f"onnxruntime could not run the model: {_one_line(exc)}") from None
+            events = json.loads(Path(session.end_profiling()).read_text())
+        return profile_runs(events)[1:]
 
     def inference_and_backprop(
         self, feeds: Mapping[str, np.ndarray], loss: str
