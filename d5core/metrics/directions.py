@@ -62,6 +62,11 @@ QUANTITIES: dict[str, tuple[Better | None, str]] = {
     "loss": ("lower", "loss"),
     "final_loss": ("lower", "loss"),
     "global_throughput": ("higher", _RATE),
+    "gflops": ("higher", "GFLOP/s"),
+    "peak_gflops": (None, "GFLOP/s"),
+    "peak_fraction": ("higher", _FRACTION),
+    "node_time": ("lower", _TIME),
+    "node_time_sum": ("lower", _TIME),
     "steps": (None, ""),
     "epochs": (None, ""),
     # Per rank of a distributed run.
