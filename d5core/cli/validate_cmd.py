@@ -19,14 +19,22 @@ __all__ = ["validate"]
 
 @click.group("validate")
 def validate() -> None:
-    """Validate operators (and, later, networks) against the reference backend."""
+    """Validate operators and networks against the reference backend."""
 
 
 def _tolerances(rtol: float | None, atol: float | None, dtype: str) -> Any:
+    """The ``Tolerance`` that ``--rtol``/``--atol`` ask for, or ``None`` for the defaults.
+
+    :raises UsageError: for a negative, NaN or infinite value, which would pass anything.
+    """
+    from d5core.validate.operators import Tolerance, check_tolerance, tolerance_for
+
+    if rtol is not None:
+        check_tolerance("--rtol", rtol)
+    if atol is not None:
+        check_tolerance("--atol", atol)
     if rtol is None and atol is None:
         return None
-    from d5core.validate.operators import Tolerance, tolerance_for
-
     default = tolerance_for(dtype)
     return Tolerance(
         rtol=default.rtol if rtol is None else rtol, atol=default.atol if atol is None else atol
@@ -67,14 +75,13 @@ def validate_op(
     from d5core.runners.operators import problem_for, validate_op
     from d5core.workloads.problems import parse_shapes
 
+    tolerances = _tolerances(rtol, atol, dtype)
     problem = problem_for(
         op,
-        shapes=parse_shapes(shape) if shape else None,
+        shapes=None if shape is None else parse_shapes(shape),
         attributes=parse_attributes(attrs),
     )
-    result = validate_op(
-        problem, backend, dtype=dtype, seed=seed, tolerances=_tolerances(rtol, atol, dtype)
-    )
+    result = validate_op(problem, backend, dtype=dtype, seed=seed, tolerances=tolerances)
     data = result.to_json()
     get_bus().publish(VALIDATION, level=0, **data)
     from d5core.plugins import get_plugin_manager
@@ -127,6 +134,10 @@ def _print_report(result: Any) -> None:
             getattr(check, "skipped", None) or check.detail or "",
         )
     console().print(table)
+    if report.no_gradient:
+        console().print(
+            f"{report.op_type} declares that it has no gradient: its gradients were not checked"
+        )
     for error in report.errors:
         console().print(f"error: {error}")
 
@@ -160,9 +171,8 @@ def validate_net(
     from d5core.results.store import ResultsStore
     from d5core.runners.networks import validate_network
 
-    result = validate_network(
-        model, executor, batch=batch, seed=seed, tolerances=_tolerances(rtol, atol, "float32")
-    )
+    tolerances = _tolerances(rtol, atol, "float32")
+    result = validate_network(model, executor, batch=batch, seed=seed, tolerances=tolerances)
     data = result.to_json()
     config = {"model": model, "executor": executor, "batch": batch}
     with (

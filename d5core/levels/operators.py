@@ -50,12 +50,24 @@ class Operator(ABC):
     is differentiable, :meth:`backward`. Backends for frameworks override
     :meth:`prepare_forward` and :meth:`prepare_backward` so that the region d5 times holds
     only the framework's own call.
+
+    Validation treats a missing gradient as a failure unless the operator declares it:
+    set :attr:`no_gradient` for an operator that has no gradient at all by design, and
+    list in :attr:`no_gradient_inputs` the floating inputs (hyperparameters such as a
+    dropout ratio) for which :meth:`backward` returns ``None`` on purpose.
     """
 
     #: The operator type, an ONNX operator name where one exists.
     op_type: ClassVar[str] = ""
     #: The device the operator runs on, passed to the ``d5_synchronize`` hook.
     device: str = "cpu"
+    #: True for an operator that has no gradient by design (its outputs are indices,
+    #: shapes or other piecewise-constant values) and so implements no backward.
+    no_gradient: ClassVar[bool] = False
+    #: Positions of floating inputs that get no gradient by design (``None`` from
+    #: :meth:`backward`), such as Dropout's ``ratio``. Integer and boolean inputs never
+    #: have one and need not be listed.
+    no_gradient_inputs: ClassVar[frozenset[int]] = frozenset()
 
     def __init__(self, attributes: Mapping[str, Any] | None = None) -> None:
         self.attributes: dict[str, Any] = dict(attributes or {})
@@ -80,6 +92,12 @@ class Operator(ABC):
     def differentiable(self) -> bool:
         """Whether :meth:`backward` is implemented."""
         return type(self).backward is not Operator.backward
+
+    def declares_no_gradient(self, index: int) -> bool:
+        """Whether the operator declares that input ``index`` has no gradient by design:
+        the whole operator (:attr:`no_gradient`) or that input (:attr:`no_gradient_inputs`).
+        """
+        return self.no_gradient or index in self.no_gradient_inputs
 
     def prepare_forward(self, inputs: Sequence[np.ndarray]) -> Callable[[], Any]:
         """Convert ``inputs`` once and return a callable that runs only the forward pass.

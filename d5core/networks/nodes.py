@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -11,7 +12,17 @@ from onnx import helper, numpy_helper
 
 from d5core.errors import UsageError
 
-__all__ = ["constant_value", "node_attributes"]
+__all__ = [
+    "LEGACY_BROADCAST_OPS",
+    "constant_value",
+    "legacy_broadcast",
+    "legacy_broadcast_shape",
+    "node_attributes",
+]
+
+#: Element-wise operators whose versions before opset 7 broadcast ``B`` to ``A`` only
+#: when asked, by the attributes ``broadcast`` and ``axis``.
+LEGACY_BROADCAST_OPS = frozenset({"Add", "Sub", "Mul", "Div"})
 
 
 def node_attributes(node: onnx.NodeProto) -> dict[str, Any]:
@@ -47,3 +58,59 @@ def constant_value(node: onnx.NodeProto, inputs: Sequence[np.ndarray]) -> np.nda
         if key in attrs:
             return np.asarray(attrs[key], dtype=dtype)
     raise UsageError(f"node {node.name!r} (Constant): no supported value attribute")
+
+
+def legacy_broadcast(
+    op_type: str, opset: int, attributes: Mapping[str, Any]
+) -> tuple[bool, int | None] | None:
+    """``(broadcast, axis)`` of an Add, Sub, Mul or Div of opsets 1 to 6 (``axis`` is
+    ``None`` when absent); ``None`` for any other node, whose numpy-style broadcasting
+    needs no attribute.
+
+    :raises UsageError: for an ``axis`` attribute on one of those operators from opset 7
+        on, where it no longer exists (and ignoring it would give another result).
+    """
+    if op_type not in LEGACY_BROADCAST_OPS:
+        return None
+    axis = attributes.get("axis")
+    if opset >= 7:
+        if axis is not None:
+            raise UsageError(
+                f"{op_type} has an 'axis' attribute only before opset 7, and the model "
+                f"imports opset {opset}; remove the attribute or import an older opset"
+            )
+        return None
+    return bool(int(attributes.get("broadcast", 0))), None if axis is None else int(axis)
+
+
+def legacy_broadcast_shape(
+    a_shape: Sequence[int], b_shape: Sequence[int], *, broadcast: bool, axis: int | None
+) -> tuple[int, ...]:
+    """The shape to view ``B`` as so that numpy-style broadcasting computes an Add, Sub,
+    Mul or Div of opsets 1 to 6.
+
+    Those versions broadcast only when ``broadcast`` is 1, and only ``B`` to ``A``: ``B``
+    has one element, or its shape equals the part of ``A``'s shape that starts at
+    ``axis`` (by default the end of ``A``'s shape: suffix matching). Without
+    ``broadcast`` the shapes must be equal.
+
+    :raises UsageError: naming the shapes when they do not match in that way.
+    """
+    a, b = tuple(int(d) for d in a_shape), tuple(int(d) for d in b_shape)
+    if not broadcast:
+        if a != b:
+            raise UsageError(
+                f"inputs of shapes {a} and {b} differ, and before opset 7 broadcasting needs "
+                f"the attribute broadcast=1"
+            )
+        return b
+    if math.prod(b) == 1 and len(b) <= len(a):
+        return ()
+    start = len(a) - len(b) if axis is None else (axis + len(a) if axis < 0 else axis)
+    if not 0 <= start <= len(a) - len(b) or a[start : start + len(b)] != b:
+        at = "at the end" if axis is None else f"from axis {axis}"
+        raise UsageError(
+            f"input B of shape {b} does not match input A of shape {a} {at}, as "
+            f"broadcast=1 needs before opset 7"
+        )
+    return b + (1,) * (len(a) - start - len(b))

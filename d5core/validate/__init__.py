@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from d5core.validate.gradcheck import GRADCHECK_TOLERANCE, gradcheck
 from d5core.validate.operators import (
+    DECLARED_NO_GRADIENT,
     DEFAULT_TOLERANCES,
     GradientCheck,
     OutputCheck,
@@ -17,6 +18,7 @@ from d5core.validate.operators import (
     Tolerances,
     ValidationReport,
     check_arrays,
+    check_tolerance,
     compare_outputs,
     default_grad_outputs,
     error_metrics,
@@ -25,6 +27,7 @@ from d5core.validate.operators import (
 )
 
 __all__ = [
+    "DECLARED_NO_GRADIENT",
     "DEFAULT_TOLERANCES",
     "GRADCHECK_TOLERANCE",
     "GradientCheck",
@@ -33,6 +36,7 @@ __all__ = [
     "Tolerances",
     "ValidationReport",
     "check_arrays",
+    "check_tolerance",
     "compare_outputs",
     "default_grad_outputs",
     "error_metrics",

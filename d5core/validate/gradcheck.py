@@ -29,6 +29,7 @@ import numpy as np
 
 from d5core.levels.operators import Operator
 from d5core.validate.operators import (
+    DECLARED_NO_GRADIENT,
     GradientCheck,
     Tolerance,
     check_arrays,
@@ -77,8 +78,10 @@ def gradcheck(
     :param tolerance: defaults to :data:`GRADCHECK_TOLERANCE`.
     :param names: input names, for the messages.
     :param wrt: indices of the inputs to check; all by default.
-    :return: one check per input; an input for which backward returns ``None`` is
-        recorded as skipped (not differentiated by design), not as failed.
+    :return: one check per input. A floating input for which backward returns ``None``
+        fails as ``missing``, unless the operator declares it has no gradient
+        (:meth:`~d5core.levels.operators.Operator.declares_no_gradient`): then it is
+        recorded as skipped.
     """
     tol = tolerance or GRADCHECK_TOLERANCE
     xs = [
@@ -101,7 +104,7 @@ def gradcheck(
         ys = op.forward(arrays)
         return float(sum(np.vdot(cotangents[k], np.asarray(ys[k], np.float64)) for k in used))
 
-    analytic = op.backward(cotangents, xs, outputs) if not wrong else []
+    analytic = op.backward(cotangents, xs, outputs) if op.differentiable and not wrong else []
     # Directions come from their own stream, independent of the default cotangents.
     rng = np.random.default_rng([seed, 1])
     checks: list[GradientCheck] = []
@@ -127,7 +130,7 @@ def gradcheck(
             continue
         grad = analytic[i] if i < len(analytic) else None
         if grad is None:
-            check.skipped = "backward gives no gradient for this input"
+            _no_gradient(op, i, check)
             continue
         grad = np.asarray(grad, dtype=np.float64)
         if grad.shape != x.shape:
@@ -150,6 +153,19 @@ def gradcheck(
         check.metrics, check.failed_metric, check.detail = metrics, failed, why
         check.passed = failed is None
     return checks
+
+
+def _no_gradient(op: Operator, index: int, check: GradientCheck) -> None:
+    """Record that backward gave no gradient for floating input ``index``: skipped where
+    the operator declares none, a failure otherwise."""
+    if op.declares_no_gradient(index):
+        check.skipped = DECLARED_NO_GRADIENT
+        return
+    check.passed, check.failed_metric = False, "missing"
+    check.detail = (
+        "backward gives no gradient for this floating input; return one, or list the "
+        "input in the operator's no_gradient_inputs if it has none by design"
+    )
 
 
 def _full(loss: _Loss, xs: list[np.ndarray], i: int, eps: float) -> np.ndarray:

@@ -21,9 +21,11 @@ from typing import Any
 
 import numpy as np
 
+from d5core.errors import UsageError
 from d5core.levels.operators import Operator
 
 __all__ = [
+    "DECLARED_NO_GRADIENT",
     "DEFAULT_TOLERANCES",
     "GradientCheck",
     "OutputCheck",
@@ -31,6 +33,7 @@ __all__ = [
     "Tolerances",
     "ValidationReport",
     "check_arrays",
+    "check_tolerance",
     "compare_outputs",
     "default_grad_outputs",
     "error_metrics",
@@ -41,10 +44,36 @@ __all__ = [
 
 @dataclass(frozen=True)
 class Tolerance:
-    """Relative and (scaled) absolute tolerance for one element type."""
+    """Relative and (scaled) absolute tolerance for one element type.
+
+    :raises UsageError: for a tolerance that is negative, NaN or infinite: each would let
+        any value pass (0 asks for exact equality).
+    """
 
     rtol: float
     atol: float
+
+    def __post_init__(self) -> None:
+        for name in ("rtol", "atol"):
+            check_tolerance(name, getattr(self, name))
+
+
+def check_tolerance(name: str, value: Any) -> float:
+    """``value`` as a float if it is a usable tolerance: finite and at least 0.
+
+    :param name: what the value is, for the message (``rtol``, ``--atol``).
+    :raises UsageError: naming the value and what to give instead.
+    """
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = math.nan
+    if not (math.isfinite(number) and number >= 0.0):  # NaN fails every comparison
+        raise UsageError(
+            f"{name} {value!r} is not a tolerance: give a finite number >= 0 "
+            f"(0 asks for exact equality)"
+        )
+    return number
 
 
 #: Default tolerances by dtype name. float32 allows for a different summation order in a
@@ -86,7 +115,8 @@ def tolerance_for(dtype: Any, tolerances: Tolerances | None = None) -> Tolerance
     if isinstance(given, Tolerance):
         return given
     return Tolerance(
-        rtol=float(given.get("rtol", default.rtol)), atol=float(given.get("atol", default.atol))
+        rtol=check_tolerance(f"{name} rtol", given.get("rtol", default.rtol)),
+        atol=check_tolerance(f"{name} atol", given.get("atol", default.atol)),
     )
 
 
@@ -199,8 +229,9 @@ class GradientCheck(_Check):
     """One check of the gradient with respect to one input.
 
     ``method`` is ``"reference"`` (the candidate's backward against the reference's),
-    ``"full"`` (central differences for every element) or ``"directional"`` (central
-    differences along seeded random directions).
+    ``"full"`` (central differences for every element), ``"directional"`` (central
+    differences along seeded random directions) or ``"backward"`` (whether the candidate
+    has a backward at all, for one that implements none).
     """
 
     method: str = ""
@@ -227,7 +258,7 @@ def check_arrays(
     if metrics["nonfinite"]:
         why = f"{int(metrics['nonfinite'])} non-finite value(s) differ from the expected"
         return metrics, "nonfinite", why
-    if ratio > 1.0:
+    if not ratio <= 1.0:  # NaN, from a tolerance built without checks, fails too
         at = f" at index {where}" if where is not None else ""
         why = (
             f"tol_ratio {_fmt(ratio)} > 1{at} (rtol={tolerance.rtol:g}, "
@@ -283,6 +314,10 @@ class ValidationReport:
     gradients: list[GradientCheck] = field(default_factory=list)
     #: Problems that stopped a comparison, such as the candidate raising an exception.
     errors: list[str] = field(default_factory=list)
+    #: The candidate declares that it has no gradient by design
+    #: (:attr:`~d5core.levels.operators.Operator.no_gradient`): its gradients were not
+    #: checked, and that is not a failure.
+    no_gradient: bool = False
 
     @property
     def passed(self) -> bool:
@@ -310,6 +345,7 @@ class ValidationReport:
             "gradients": [c.to_json() for c in self.gradients],
             "errors": list(self.errors),
             "failures": self.failures(),
+            "no_gradient": self.no_gradient,
         }
 
 
@@ -341,6 +377,37 @@ def default_grad_outputs(
 
 def _name(names: Sequence[str] | None, i: int) -> str:
     return names[i] if names is not None and i < len(names) else ""
+
+
+#: Why the gradient of an input the operator declares without gradient is not checked.
+DECLARED_NO_GRADIENT = "the operator declares no gradient for this input"
+
+
+def _without_backward(
+    candidate: Operator,
+    inputs: Sequence[np.ndarray],
+    names: Sequence[str] | None,
+    wrt: Sequence[int] | None,
+) -> list[GradientCheck]:
+    """The gradient checks of a candidate that implements no backward: skipped for inputs
+    without a gradient (declared so, or not floating), failed as ``missing`` for others."""
+    checks: list[GradientCheck] = []
+    for i, x in enumerate(inputs):
+        if wrt is not None and i not in wrt:
+            continue
+        check = GradientCheck(index=i, name=_name(names, i), method="backward")
+        checks.append(check)
+        if candidate.declares_no_gradient(i):
+            check.skipped = DECLARED_NO_GRADIENT
+        elif not np.issubdtype(x.dtype, np.floating):
+            check.skipped = f"{x.dtype} input: not differentiable"
+        else:
+            check.passed, check.failed_metric = False, "missing"
+            check.detail = (
+                "the candidate has no backward; implement backward(), or set "
+                "no_gradient = True on the operator if it has no gradient by design"
+            )
+    return checks
 
 
 def _compare_gradients(
@@ -424,16 +491,8 @@ def validate_operator(
         checks = compare_outputs(actual, expected, tolerances=tolerances, names=output_names)
         report.outputs = [c for c in checks if c.index in keep]
     if not candidate.differentiable:
-        report.gradients = [
-            GradientCheck(
-                index=i,
-                name=_name(input_names, i),
-                method="reference",
-                skipped="the candidate has no backward",
-            )
-            for i in range(len(arrays))
-            if wrt is None or i in wrt
-        ]
+        report.no_gradient = candidate.no_gradient
+        report.gradients = _without_backward(candidate, arrays, input_names, wrt)
         return report
 
     grads = (

@@ -159,3 +159,10 @@ def test_bench_help_no_longer_says_networks_come_later(d5_cli):
     assert result.exit_code == 0
     assert "later" not in result.stdout
     assert "networks" in result.stdout
+
+
+def test_validate_help_no_longer_says_networks_come_later(d5_cli):
+    result = d5_cli("validate", "--help")
+    assert result.exit_code == 0
+    assert "later" not in result.stdout
+    assert "networks" in result.stdout

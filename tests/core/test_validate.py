@@ -246,11 +246,11 @@ def test_without_a_reference_only_the_gradient_check_runs() -> None:
     assert not validate_operator(Affine(scale=1.01), None, affine_inputs()).passed
 
 
-def test_forward_only_candidate_skips_gradients() -> None:
+def test_forward_only_candidate_fails_on_its_missing_gradient() -> None:
     x = [np.ones(3)]
     report = validate_operator(ForwardOnly(), ForwardOnly(), x)
-    assert report.passed
-    assert report.gradients[0].skipped == "the candidate has no backward"
+    assert not report.passed
+    assert report.gradients[0].failed_metric == "missing"
 
 
 # -- gradcheck -------------------------------------------------------------------------

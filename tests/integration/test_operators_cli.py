@@ -99,7 +99,8 @@ def test_bench_op_reports_each_backend_and_stores_every_sample(d5_cli, tmp_path)
     for row in rows:
         assert row["ci_low"] <= row["median"] <= row["ci_high"]
         assert row["n"] >= 6
-        assert row["gflops"] is None  # a problem given by shape has no FLOP count
+        flops = 2 * 64 * 16 * 32 * (2 if row["direction"] == "backward" else 1)
+        assert row["gflops"] == pytest.approx(flops / row["median"] / 1e9)
     shown = d5_cli("results", "show", rows[0]["run_id"], "--json")
     assert shown.exit_code == 0, shown.stderr
     assert rows[0]["run_id"] in shown.stdout

@@ -13,6 +13,8 @@ the parameters only when :meth:`NumpyExecutor.apply_running_stats` is called.
 Opsets. Nodes are translated to the operators' opset-13+ contract before being created:
 ``Squeeze``/``Unsqueeze`` ``axes`` attributes (opset < 13) become inputs, ``Softmax`` and
 ``LogSoftmax`` before opset 13 coerce their input to 2-D at ``axis`` (default 1),
+``Add``/``Sub``/``Mul``/``Div`` before opset 7 broadcast ``B`` to ``A`` as their
+``broadcast`` and ``axis`` attributes say (equal shapes without ``broadcast=1``), other
 obsolete attributes (``spatial``, ``is_test``, ``consumed_inputs``, ``broadcast``) are
 dropped, and ``Constant``/``ConstantOfShape`` nodes (and every node whose inputs are all
 constants) are folded once at construction.
@@ -35,7 +37,12 @@ from d5core.errors import UsageError
 from d5core.levels.networks import GraphExecutor
 from d5core.levels.operators import Operator, TensorDescriptor
 from d5core.networks.network import Network
-from d5core.networks.nodes import constant_value, node_attributes
+from d5core.networks.nodes import (
+    constant_value,
+    legacy_broadcast,
+    legacy_broadcast_shape,
+    node_attributes,
+)
 
 __all__ = ["OPERATORS", "NumpyExecutor", "graph_view"]
 
@@ -100,10 +107,19 @@ class _Step:
     #: Opset < 13 Softmax/LogSoftmax: coerce to 2-D at this axis.
     coerce_axis: int | None = None
     ops: dict[tuple[Any, ...], Operator] = field(default_factory=dict)
+    #: Opset < 7 Add/Sub/Mul/Div: the ``broadcast`` and ``axis`` attributes.
+    legacy: tuple[bool, int | None] | None = None
 
 
 def _translate(node: onnx.NodeProto, opset: int, training: bool) -> _Step:
-    attrs = {k: v for k, v in node_attributes(node).items() if k not in _OBSOLETE}
+    given = node_attributes(node)
+    try:
+        legacy = legacy_broadcast(node.op_type, opset, given)
+    except UsageError as exc:
+        raise UsageError(f"node {node.name!r} ({node.op_type}): {exc}") from None
+    if legacy is not None:
+        given.pop("axis", None)
+    attrs = {k: v for k, v in given.items() if k not in _OBSOLETE}
     inputs: list[str | np.ndarray | None] = [n if n else None for n in node.input]
     op_type = node.op_type
     coerce = None
@@ -119,7 +135,8 @@ def _translate(node: onnx.NodeProto, opset: int, training: bool) -> _Step:
         attrs["training_mode"] = int(training)
     while inputs and inputs[-1] is None:
         inputs.pop()
-    return _Step(node.name, op_type, attrs, inputs, [o for o in node.output], coerce)
+    outputs = [o for o in node.output]
+    return _Step(node.name, op_type, attrs, inputs, outputs, coerce, legacy=legacy)
 
 
 class _Coerced2D(Operator):
@@ -149,6 +166,29 @@ class _Coerced2D(Operator):
             [self._flat(grad_outputs[0])], [self._flat(x)], [self._flat(outputs[0])]
         )[0]
         return [None if g is None else g.reshape(x.shape)]
+
+
+class _LegacyBroadcast(Operator):
+    """Add, Sub, Mul or Div of opsets before 7: ``B`` viewed with the shape
+    (:func:`~d5core.networks.nodes.legacy_broadcast_shape`) at which numpy's broadcasting
+    gives what those opsets' ``broadcast``/``axis`` attributes ask for."""
+
+    def __init__(self, inner: Operator, b_shape: tuple[int, ...]) -> None:
+        super().__init__({})
+        self.inner, self.b_shape = inner, b_shape
+
+    def forward(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        return self.inner.forward([inputs[0], inputs[1].reshape(self.b_shape)])
+
+    def backward(
+        self,
+        grad_outputs: Sequence[np.ndarray],
+        inputs: Sequence[np.ndarray],
+        outputs: Sequence[np.ndarray],
+    ) -> list[np.ndarray | None]:
+        b = inputs[1]
+        da, db = self.inner.backward(grad_outputs, [inputs[0], b.reshape(self.b_shape)], outputs)
+        return [da, None if db is None else db.reshape(b.shape)]
 
 
 # -- the executor ---------------------------------------------------------------
@@ -269,12 +309,22 @@ class NumpyExecutor(GraphExecutor):
                     flat = TensorDescriptor((rows, x.size // max(rows, 1)), str(x.dtype))
                     inner = self._create(step.op_type, step.attributes, [flat])
                     op = _Coerced2D(inner, step.coerce_axis)
+                elif step.legacy is not None and len(inputs) == 2:
+                    op = self._legacy_broadcast(step, step.legacy, inputs)
                 else:
                     op = self._create(step.op_type, step.attributes, descs)
             except UsageError as exc:
                 raise UsageError(f"node {step.name!r} ({step.op_type}): {exc}") from None
             step.ops[key] = op
         return op
+
+    def _legacy_broadcast(
+        self, step: _Step, legacy: tuple[bool, int | None], inputs: Sequence[np.ndarray]
+    ) -> Operator:
+        a, b = inputs
+        shape = legacy_broadcast_shape(a.shape, b.shape, broadcast=legacy[0], axis=legacy[1])
+        descs = [TensorDescriptor.of(a), TensorDescriptor(shape, str(b.dtype))]
+        return _LegacyBroadcast(self._create(step.op_type, step.attributes, descs), shape)
 
     @staticmethod
     def _create(

@@ -9,8 +9,9 @@ held as torch tensors (``requires_grad`` for the trainable ones); backprop is
 Modes match the numpy reference executor: :meth:`~TorchExecutor.inference` runs Dropout
 as the identity and BatchNormalization with its running statistics;
 :meth:`~TorchExecutor.inference_and_backprop` runs both in training mode. The Dropout
-mask is the reference's (``numpy.random.default_rng(seed).random(shape) >= ratio``),
-drawn once per shape, so both executors compute the same gradients. BatchNormalization
+mask is the reference's (``numpy.random.default_rng(seed).random(shape) >= ratio``, as
+the level-0 torch operator draws it too), drawn once per shape, so both executors compute
+the same outputs, ``mask`` output included, and the same gradients. BatchNormalization
 in training mode updates running statistics with ONNX's convention (biased variance,
 ``momentum`` weighting the old value); they are kept in
 :attr:`TorchExecutor.running_stats` and written into the parameters only by
@@ -31,11 +32,17 @@ import torch
 import torch.nn.functional as F
 
 from d5_plugin_torch.ops._base import resolve_device
+from d5_plugin_torch.ops.normalization import reference_mask
 from d5core.bus import GRAPH_NODE, get_bus
 from d5core.errors import UsageError
 from d5core.levels.networks import GraphExecutor
 from d5core.networks.network import Network
-from d5core.networks.nodes import constant_value, node_attributes
+from d5core.networks.nodes import (
+    constant_value,
+    legacy_broadcast,
+    legacy_broadcast_shape,
+    node_attributes,
+)
 
 __all__ = ["TorchExecutor"]
 
@@ -112,6 +119,81 @@ def _symmetric(pads: Sequence[int]) -> list[int] | None:
     return list(pads[:n]) if list(pads[:n]) == list(pads[n:]) else None
 
 
+# -- integer arithmetic -----------------------------------------------------------
+
+#: Unsigned types torch stores but has no arithmetic kernels for, each with the signed
+#: type of its width (torch 2.3 and later have them).
+_WIDE_UNSIGNED: dict[torch.dtype, torch.dtype] = {
+    getattr(torch, f"uint{n}"): getattr(torch, f"int{n}")
+    for n in (16, 32, 64)
+    if hasattr(torch, f"uint{n}")
+}
+_UINT64 = getattr(torch, "uint64", None)
+#: The low 63 bits, and the sign bit, of an int64.
+_LOW63, _SIGN = (1 << 63) - 1, -(1 << 63)
+
+
+def _wrapping(fn: One) -> One:
+    """``fn`` (add, sub or mul), also for the unsigned types torch lacks kernels for: on
+    their bits viewed as the signed type of the same width, whose two's-complement
+    arithmetic wraps modulo ``2**n`` exactly as unsigned arithmetic does."""
+
+    def run(x: Tensor, y: Tensor) -> Tensor:
+        signed = _WIDE_UNSIGNED.get(x.dtype)
+        if signed is None or y.dtype != x.dtype:
+            return fn(x, y)
+        return fn(x.view(signed), y.view(signed)).view(x.dtype)
+
+    return run
+
+
+def _divide(x: Tensor, y: Tensor) -> Tensor:
+    """ONNX Div: true division of floating tensors; for integers the quotient truncated
+    toward zero, in the inputs' type (``[7, -7] / [2, 2]`` is ``[3, -3]``)."""
+    integer = _INTEGER_DIVISION.get(x.dtype)  # one lookup: floats pay next to nothing
+    return torch.div(x, y) if integer is None else integer(x, y)
+
+
+def _truncated(x: Tensor, y: Tensor) -> Tensor:
+    """Integer division rounded toward zero, in the inputs' type."""
+    return torch.div(x, y, rounding_mode="trunc")
+
+
+def _truncated_in_int64(x: Tensor, y: Tensor) -> Tensor:
+    """For uint16 and uint32, which torch cannot divide: exact in int64."""
+    return _truncated(x.to(torch.int64), y.to(torch.int64)).to(x.dtype)
+
+
+def _truncated_uint64(x: Tensor, y: Tensor) -> Tensor:
+    """For uint64, which no wider type holds: see :func:`_unsigned_div64`."""
+    return _unsigned_div64(x.view(torch.int64), y.view(torch.int64)).view(x.dtype)
+
+
+def _unsigned_at_least(a: Tensor, b: Tensor) -> Tensor:
+    """``a >= b`` for uint64 values held as int64 bits."""
+    return (a ^ _SIGN) >= (b ^ _SIGN)
+
+
+def _unsigned_div64(n: Tensor, d: Tensor) -> Tensor:
+    """``n // d`` for uint64 values held as int64 bits, from signed operations (Hacker's
+    Delight, 9-3): halve ``n`` so it is non-negative, divide, double, and correct by one."""
+    big = d < 0  # a divisor of 2**63 or more: the quotient is 0 or 1
+    divisor = torch.where(big, torch.ones_like(d), d)
+    q = torch.div((n >> 1) & _LOW63, divisor, rounding_mode="trunc") << 1
+    q = q + _unsigned_at_least(n - q * divisor, divisor).to(torch.int64)
+    return torch.where(big, _unsigned_at_least(n, d).to(torch.int64), q)
+
+
+#: How Div divides each integer type; floating types are missing (true division).
+_INTEGER_DIVISION: dict[torch.dtype, One] = {
+    **{t: _truncated for t in (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)},
+    **{t: _truncated_in_int64 for t in _WIDE_UNSIGNED if t != _UINT64},
+    **({_UINT64: _truncated_uint64} if _UINT64 is not None else {}),
+}
+
+
+# -- operators ----------------------------------------------------------------------
+
 _CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
 _CONV_T = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}
 _MAXPOOL = {1: F.max_pool1d, 2: F.max_pool2d, 3: F.max_pool3d}
@@ -170,17 +252,35 @@ class _Translator:
         alpha = float(a.get("alpha", 0.01))
         return self._unary(node, lambda x: F.leaky_relu(x, alpha))
 
+    def _arithmetic(self, node: onnx.NodeProto, a: dict[str, Any], fn: One) -> tuple[Fn, list[str]]:
+        """Add, Sub, Mul or Div; before opset 7, ``B`` broadcast as ``broadcast``/``axis``
+        say (:func:`~d5core.networks.nodes.legacy_broadcast_shape`)."""
+        legacy = legacy_broadcast(node.op_type, self.opset, a)
+        if legacy is None:
+            return self._binary(node, fn)
+        broadcast, axis = legacy
+        where = f"node {node.name!r} ({node.op_type})"
+
+        def legacy_fn(x: Tensor, y: Tensor) -> tuple[Tensor]:
+            try:
+                shape = legacy_broadcast_shape(x.shape, y.shape, broadcast=broadcast, axis=axis)
+            except UsageError as exc:
+                raise UsageError(f"{where}: {exc}") from None
+            return (fn(x, y.reshape(shape)),)
+
+        return legacy_fn, list(node.input[:2])
+
     def op_Add(self, node: onnx.NodeProto, a: dict[str, Any]) -> tuple[Fn, list[str]]:
-        return self._binary(node, torch.add)
+        return self._arithmetic(node, a, _wrapping(torch.add))
 
     def op_Sub(self, node: onnx.NodeProto, a: dict[str, Any]) -> tuple[Fn, list[str]]:
-        return self._binary(node, torch.sub)
+        return self._arithmetic(node, a, _wrapping(torch.sub))
 
     def op_Mul(self, node: onnx.NodeProto, a: dict[str, Any]) -> tuple[Fn, list[str]]:
-        return self._binary(node, torch.mul)
+        return self._arithmetic(node, a, _wrapping(torch.mul))
 
     def op_Div(self, node: onnx.NodeProto, a: dict[str, Any]) -> tuple[Fn, list[str]]:
-        return self._binary(node, torch.div)
+        return self._arithmetic(node, a, _divide)
 
     def op_MatMul(self, node: onnx.NodeProto, a: dict[str, Any]) -> tuple[Fn, list[str]]:
         return self._binary(node, torch.matmul)
@@ -338,27 +438,34 @@ class _Translator:
         return bn_train, names
 
     def op_Dropout(self, node: onnx.NodeProto, a: dict[str, Any]) -> tuple[Fn, list[str]]:
-        if not self.training:
-            return self._unary(node, lambda x: x)
-        ratio_in = self.static(node, 1)
-        ratio = (
-            float(ratio_in.reshape(-1)[0]) if ratio_in is not None else float(a.get("ratio", 0.5))
-        )
+        with_mask = len(node.output) > 1 and bool(node.output[1])
+        ratio = self._dropout_ratio(node, a) if self.training else 0.0
         if ratio == 0.0:
-            return self._unary(node, lambda x: x)
+            if not with_mask:
+                return self._unary(node, lambda x: x)
+            return (lambda x: (x, torch.ones_like(x, dtype=torch.bool))), [node.input[0]]
         seed = int(a.get("seed", 0))
-        masks: dict[tuple[Any, ...], Tensor] = {}
+        masks: dict[tuple[Any, ...], tuple[Tensor, Tensor]] = {}
 
-        def dropout(x: Tensor) -> tuple[Tensor]:
+        def dropout(x: Tensor) -> tuple[Tensor, ...]:
             key = (tuple(x.shape), x.dtype, x.device)
-            mask = masks.get(key)
-            if mask is None:  # drawn once per shape, as the reference draws it
-                keep = np.random.default_rng(seed).random(tuple(x.shape)) >= ratio
-                mask = torch.as_tensor(keep / (1.0 - ratio), dtype=x.dtype, device=x.device)
-                masks[key] = mask
-            return (x * mask,)
+            found = masks.get(key)
+            if found is None:  # drawn once per shape, as the reference draws it
+                keep = reference_mask(tuple(x.shape), ratio, seed)
+                scaled = torch.as_tensor(keep / (1.0 - ratio), dtype=x.dtype, device=x.device)
+                found = masks[key] = (scaled, torch.as_tensor(keep, device=x.device))
+            scaled, mask = found
+            return (x * scaled, mask) if with_mask else (x * scaled,)
 
         return dropout, [node.input[0]]
+
+    def _dropout_ratio(self, node: onnx.NodeProto, a: dict[str, Any]) -> float:
+        """The ratio of a Dropout node: its constant input, else its attribute (0.5)."""
+        given = self.static(node, 1)
+        ratio = float(given.reshape(-1)[0]) if given is not None else float(a.get("ratio", 0.5))
+        if not 0.0 <= ratio < 1.0:
+            raise UsageError(f"node {node.name!r} (Dropout): ratio must lie in [0, 1), not {ratio}")
+        return ratio
 
     def op_Reshape(self, node: onnx.NodeProto, a: dict[str, Any]) -> tuple[Fn, list[str]]:
         target = [int(d) for d in np.asarray(self.static(node, 1)).reshape(-1)]

@@ -32,6 +32,7 @@ class Dropout(ReferenceOperator):
     op_type = "Dropout"
     input_names = ("data", "ratio", "training_mode")
     any_dtype_inputs = frozenset({1, 2})
+    no_gradient_inputs = frozenset({1, 2})
     defaults = MappingProxyType({"ratio": 0.5, "seed": 0, "training_mode": 0})
 
     def configure(self, attributes: Mapping[str, Any]) -> None:

@@ -40,6 +40,7 @@ class SoftmaxCrossEntropyLoss(ReferenceOperator):
     input_names = ("scores", "labels", "weights")
     min_inputs = 2
     integer_inputs = frozenset({1})
+    no_gradient_inputs = frozenset({2})
     defaults = MappingProxyType({"ignore_index": None, "reduction": "mean"})
 
     def configure(self, attributes: Mapping[str, Any]) -> None:

@@ -228,6 +228,18 @@ class TorchOperator(Operator):
 
     # -- Operator -------------------------------------------------------------
 
+    def declares_no_gradient(self, index: int) -> bool:
+        """Whether input ``index`` has no gradient by design: besides the declarations of
+        :class:`~d5core.levels.operators.Operator`, an input in a ``"static"`` or
+        ``"index"`` slot or in one marked not ``differentiable``."""
+        if super().declares_no_gradient(index):
+            return True
+        slots = self.slots
+        if not slots or (index >= len(slots) and not slots[-1].variadic):
+            return False
+        slot = slots[min(index, len(slots) - 1)]
+        return slot.kind != "float" or not slot.differentiable
+
     def check_descriptors(self, inputs: Sequence[TensorDescriptor]) -> None:
         """Check inputs described by descriptors, before any array exists.
 

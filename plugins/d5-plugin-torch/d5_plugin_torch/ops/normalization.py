@@ -1,8 +1,8 @@
-"""``BatchNormalization`` and ``Dropout``."""
+"""``BatchNormalization`` and ``Dropout`` (with the reference's Dropout mask)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -11,7 +11,7 @@ from torch import Tensor as T
 
 from d5_plugin_torch.ops._base import Kernel, Signature, Slot, TorchOperator
 
-__all__ = ["BatchNormalization", "Dropout"]
+__all__ = ["BatchNormalization", "Dropout", "reference_mask"]
 
 
 def _scalar(value: np.ndarray, kind: type[float] | type[bool]) -> Any:
@@ -99,10 +99,12 @@ class Dropout(TorchOperator):
     """ONNX ``Dropout`` (opset 13), with its ``output`` and boolean ``mask``.
 
     ``ratio`` and ``training_mode`` are optional inputs (an attribute of the same name is
-    read when the input is absent). In training mode the mask is drawn from a
-    ``torch.Generator`` seeded with the ``seed`` attribute (default 0) when the kernel is
-    built, so ``forward`` is deterministic, and ``output = data * mask / (1 - ratio)``.
-    torch's random stream is not numpy's: the mask differs from the reference's.
+    read when the input is absent). In training mode the mask is the reference's
+    (:func:`reference_mask`: numpy's generator seeded with the ``seed`` attribute,
+    default 0), drawn when the kernel is built, so ``forward`` is deterministic and
+    validates against the numpy reference element by element. The kernel multiplies by
+    the mask scaled by ``1 / (1 - ratio)``: the timed region holds the masking, not the
+    drawing of the mask (which is numpy's, not torch's, work).
     """
 
     op_type = "Dropout"
@@ -146,13 +148,15 @@ class Dropout(TorchOperator):
         if not training or ratio == 0.0:
             keep_all = torch.ones(shape, dtype=torch.bool, device=device)
             return lambda x: (x, keep_all)
-        generator = torch.Generator(device=device)
-        generator.manual_seed(self.seed)
-        scale = 1.0 / (1.0 - ratio)
-        rand = torch.rand
+        keep = reference_mask(shape, ratio, self.seed)
+        mask = torch.as_tensor(keep, device=device)
+        scaled = torch.as_tensor(keep / (1.0 - ratio), dtype=dtype, device=device)
+        return lambda x: (x * scaled, mask)
 
-        def kernel(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-            mask = rand(shape, generator=generator, dtype=dtype, device=device) >= ratio
-            return (x * mask * scale, mask)
 
-        return kernel
+def reference_mask(shape: Sequence[int], ratio: float, seed: int) -> np.ndarray:
+    """The keep mask of a training-mode Dropout, as the numpy reference draws it:
+    ``numpy.random.default_rng(seed).random(shape) >= ratio``. It depends on the seed,
+    shape and ratio alone, so every backend and executor that uses it drops the same
+    elements and can be validated against the reference."""
+    return np.random.default_rng(seed).random(tuple(shape)) >= ratio
