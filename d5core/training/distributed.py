@@ -10,6 +10,13 @@ Two halves:
   come from the launcher, the communicator is the ``mpi`` plugin's, the recipe's sampler
   becomes this rank's partition and the optimizer is wrapped by a distribution scheme.
 
+The ranks never outlive the parent. SIGINT, SIGTERM and SIGHUP to the parent
+(:class:`StopSignals`) stop the job cleanly: ``mpiexec`` and every rank are killed before
+the parent ends with :class:`RunInterrupted`. When the parent dies without a chance to
+clean up (SIGKILL), ``mpiexec`` gets SIGTERM from the kernel (``PR_SET_PDEATHSIG`` on
+Linux) and tears the job down, and every rank watches the parent's process
+(:data:`PARENT_PID_ENV`) and exits within a second of its end.
+
 d5core never imports ``mpi4py``: the MPI plugin is loaded through the plugin manager or
 imported inside functions.
 
@@ -21,12 +28,14 @@ by the tests of the watchdog; never set it otherwise).
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import importlib
 import json
 import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -34,11 +43,14 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
+from types import FrameType, TracebackType
 from typing import IO, Any
 
 import numpy as np
+import psutil
 
 from d5core.errors import EXIT_FAILED, D5Error, UsageError
+from d5core.levels.distributed import SingleProcessCommunicator
 
 __all__ = [
     "DEFAULT_SCHEME",
@@ -46,12 +58,16 @@ __all__ = [
     "KILL_AFTER_ENV",
     "KILL_RANK_ENV",
     "PARENT_ENV",
+    "PARENT_PID_ENV",
     "RANK_METRICS",
     "RUN_ID_ENV",
     "SCHEMES",
     "LaunchOutcome",
     "RankContext",
     "RankFailed",
+    "RunInterrupted",
+    "StopSignals",
+    "check_rank_options",
     "detect_launcher",
     "launch",
     "parse_scheme_options",
@@ -65,6 +81,8 @@ PARENT_ENV = "D5_DISTRIBUTED_PARENT"
 DIR_ENV = "D5_DISTRIBUTED_DIR"
 #: The run the parent began, which rank 0 fills in.
 RUN_ID_ENV = "D5_DISTRIBUTED_RUN_ID"
+#: ``PID@HOST`` of the parent: the ranks on that host exit when that process ends.
+PARENT_PID_ENV = "D5_DISTRIBUTED_PARENT_PID"
 #: Test hook: the rank that kills itself ...
 KILL_RANK_ENV = "D5_TEST_KILL_RANK"
 #: ... after this many training steps.
@@ -97,12 +115,71 @@ _POLL_S = 0.2
 _START_GRACE_S = 60.0
 #: How long a job may go on after a rank reported a non-zero exit.
 _EXIT_GRACE_S = 2.0
+#: How often a rank checks that its parent is still there.
+_PARENT_POLL_S = 0.5
+#: Name prefix of the parent's watch directories (in the temporary directory).
+_DIR_PREFIX = "d5-ranks-"
+#: ``prctl`` option: the signal a child gets when the thread that forked it ends.
+_PR_SET_PDEATHSIG = 1
 
 
 class RankFailed(D5Error):
     """A rank of a distributed run died, hung or failed; the message names it."""
 
     exit_code = EXIT_FAILED
+
+
+class RunInterrupted(D5Error):
+    """The parent of a distributed run was asked to stop (Ctrl-C, SIGTERM, SIGHUP) and
+    stopped the job; exits ``128 + signal`` like a process that signal ended."""
+
+    def __init__(self, signum: int, message: str) -> None:
+        super().__init__(message)
+        self.signum = signum
+        self.exit_code = 128 + signum
+
+
+class StopSignals:
+    """While active (``with``, in the main thread), SIGINT, SIGTERM and SIGHUP are noted
+    in :attr:`received` instead of ending the process, so the parent can stop its job
+    and record the run before it ends. Signals the process ignores (``nohup``) stay
+    ignored; outside the main thread nothing is installed."""
+
+    NAMES: tuple[str, ...] = ("SIGINT", "SIGTERM", "SIGHUP")
+
+    def __init__(self) -> None:
+        #: The first stop signal received, or ``None``.
+        self.received: int | None = None
+        self._old: dict[int, Any] = {}
+
+    @property
+    def name(self) -> str:
+        """The received signal's name (``SIGINT``), or ``""``."""
+        return "" if self.received is None else signal.Signals(self.received).name
+
+    def _note(self, signum: int, _frame: FrameType | None) -> None:
+        if self.received is None:
+            self.received = signum
+
+    def __enter__(self) -> StopSignals:
+        if threading.current_thread() is not threading.main_thread():
+            return self
+        for name in self.NAMES:
+            sig = getattr(signal, name, None)
+            if sig is None or signal.getsignal(sig) is signal.SIG_IGN:
+                continue
+            self._old[sig] = signal.signal(sig, self._note)
+        return self
+
+    def __exit__(
+        self,
+        _type: type[BaseException] | None,
+        _value: BaseException | None,
+        _tb: TracebackType | None,
+    ) -> None:
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+        self._old.clear()
 
 
 # -- what the launcher says ----------------------------------------------------------
@@ -195,6 +272,57 @@ def partitioned_sampler(
                         world_size=world_size, **opts)  # fmt: skip
 
 
+class _PlannedRanks(SingleProcessCommunicator):
+    """Rank 0 of ``size`` ranks, in the launching process: a scheme is built on it to
+    check its options, and never steps (the parent does not train)."""
+
+    name = "planned"
+
+    def __init__(self, size: int) -> None:
+        super().__init__()
+        self._planned = size
+
+    @property
+    def size(self) -> int:
+        return self._planned
+
+
+def check_rank_options(
+    settings: Mapping[str, Any],
+    train_size: int,
+    ranks: int,
+    *,
+    local: Any,
+    scheme: str,
+    scheme_options: Mapping[str, Any],
+    global_batch: bool,
+) -> None:
+    """Refuse, in the launching process, what the launch or every rank would refuse
+    before training: no MPI plugin or ``mpiexec``, ``--global-batch`` with a batch that
+    does not split, a sampler that cannot be partitioned, an unknown scheme or bad
+    scheme options. Bad options thus end the command with exit 2 before a run is stored.
+
+    :param settings: the recipe's settings; :param train_size: examples in the
+        training set; :param local: the local optimizer the scheme would wrap.
+    :raises UsageError: one line, naming the option.
+    """
+    _mpi_launch_module().mpiexec_path()
+    batch = int(settings["batch_size"])
+    if global_batch:
+        if batch % ranks:
+            raise UsageError(
+                f"--global-batch: batch_size {batch} is not a multiple of {ranks} ranks"
+            )
+        batch //= ranks
+    partitioned_sampler(
+        str(settings["sampler"]), train_size, batch, rank=0, world_size=ranks,
+        seed=int(settings.get("seed") or 0), options=settings.get("sampler_options") or {},
+    )  # fmt: skip
+    planner = RankContext(0, ranks, None)
+    planner.comm = _PlannedRanks(ranks)
+    planner.wrap_optimizer(scheme, local, scheme_options)
+
+
 # -- a rank --------------------------------------------------------------------------
 
 
@@ -232,7 +360,9 @@ class RankContext:
 
     def start(self) -> None:
         """Start the heartbeat when a parent watches: the file is touched at most once a
-    second, and only after the rank made progress since the last touch."""
+        second, and only after the rank made progress since the last touch. Also start
+        watching the parent (:meth:`watch_parent`)."""
+        self.watch_parent(os.environ.get(PARENT_PID_ENV, ""))
         if self.directory is None:
             return
         path = self.directory / f"heartbeat.{self.rank}"
@@ -251,6 +381,28 @@ class RankContext:
 
         self._thread = threading.Thread(target=beat, name="d5-heartbeat", daemon=True)
         self._thread.start()
+
+    def watch_parent(self, spec: str) -> None:
+        """Exit this rank (status 1, one line on stderr) within :data:`_PARENT_POLL_S`
+        seconds of the end of the process ``spec`` (``PID@HOST``, this host only)."""
+        pid_text, _, host = spec.partition("@")
+        if not pid_text.isdigit() or host != socket.gethostname():
+            return
+        pid = int(pid_text)
+        started = _process_start(pid)
+
+        def watch() -> None:
+            while started is not None and _process_start(pid) == started:
+                if self._stop.wait(_PARENT_POLL_S):
+                    return
+            sys.stderr.write(
+                f"d5: rank {self.rank}: the d5 process that launched this job (pid {pid}) "
+                "has ended; stopping this rank\n"
+            )
+            sys.stderr.flush()
+            os._exit(EXIT_FAILED)
+
+        threading.Thread(target=watch, name="d5-parent-watch", daemon=True).start()
 
     def finish(self, code: int, error: str | None = None) -> None:
         """Stop the heartbeat and write this rank's exit status for the parent."""
@@ -334,10 +486,53 @@ class RankContext:
 
 
 class LaunchOutcome:
-    """How a launched job ended: exit ``code`` and, on failure, a one-line ``message``."""
+    """How a launched job ended: exit ``code`` and, on failure, a one-line ``message``;
+    ``signum`` is the stop signal when the parent was interrupted."""
 
-    def __init__(self, code: int, message: str | None, run_id: str | None) -> None:
-        self.code, self.message, self.run_id = code, message, run_id
+    def __init__(
+        self, code: int, message: str | None, run_id: str | None, signum: int | None = None
+    ) -> None:
+        self.code, self.message, self.run_id, self.signum = code, message, run_id, signum
+
+
+def _process_start(pid: int) -> float | None:
+    """When process ``pid`` started, or ``None`` when it is gone (or a zombie)."""
+    try:
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return None
+        return float(proc.create_time())
+    except psutil.Error:
+        return None
+
+
+def _death_signal_setter() -> Callable[[int], Any] | None:
+    """``prctl(PR_SET_PDEATHSIG, sig)`` resolved now (before any fork), or ``None`` where
+    it does not exist (not Linux)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    return lambda sig: prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0)
+
+
+def _die_with_parent() -> Callable[[], None] | None:
+    """A ``preexec_fn`` that makes the child (``mpiexec``) get SIGTERM when this thread
+    ends, SIGKILL included; ``None`` where the kernel cannot, or off the main thread
+    (whose end is the process's)."""
+    setter = _death_signal_setter()
+    if setter is None or threading.current_thread() is not threading.main_thread():
+        return None
+    parent = os.getpid()
+
+    def setup() -> None:
+        setter(signal.SIGTERM)
+        if os.getppid() != parent:  # the parent died before the death signal was set
+            os._exit(EXIT_FAILED)
+
+    return setup
 
 
 _BANNER = re.compile(
@@ -451,6 +646,7 @@ def launch(
     env: Mapping[str, str] | None = None,
     run_id: str | None = None,
     on_failure: Callable[[str | None, str], None] | None = None,
+    stop: StopSignals | None = None,
 ) -> LaunchOutcome:
     """Run ``python -m d5core ARGV`` on ``ranks`` ranks under ``mpiexec`` and watch it.
 
@@ -458,66 +654,135 @@ def launch(
     and shown only when the job succeeds. The job is killed when a rank's heartbeat is
     older than ``rank_timeout`` seconds or a rank exited non-zero while the others still
     run; ``on_failure(run_id, line)`` is then called before the outcome is returned.
+    A stop signal (``stop``'s, or one noted while this runs) kills the job too; the
+    outcome then carries its ``signum`` and ``on_failure`` is not called.
     """
+    with contextlib.ExitStack() as stack:
+        signals = stop if stop is not None else stack.enter_context(StopSignals())
+        return _launch(ranks, argv, rank_timeout, env, run_id, on_failure, signals)
+
+
+def _sweep_watch_directories() -> None:
+    """Remove the watch directories of parents that are gone (killed before cleaning up)."""
+    for directory in Path(tempfile.gettempdir()).glob(f"{_DIR_PREFIX}*"):
+        try:
+            pid_text, started = (directory / "parent").read_text().split()
+            pid = int(pid_text)
+        except (OSError, ValueError):
+            continue
+        if str(_process_start(pid)) != started:
+            shutil.rmtree(directory, ignore_errors=True)
+
+
+def _interrupted(stop: StopSignals, run_id: str | None) -> LaunchOutcome:
+    assert stop.received is not None
+    return LaunchOutcome(128 + stop.received, f"interrupted by {stop.name}", run_id,
+                         signum=stop.received)  # fmt: skip
+
+
+def _launch(
+    ranks: int,
+    argv: Sequence[str],
+    rank_timeout: float,
+    env: Mapping[str, str] | None,
+    run_id: str | None,
+    on_failure: Callable[[str | None, str], None] | None,
+    stop: StopSignals,
+) -> LaunchOutcome:
     mpi = _mpi_launch_module()
     if not mpi.mpiexec_path():
         raise UsageError("--ranks needs mpiexec on PATH (install MPICH or Open MPI)")
-    directory = Path(tempfile.mkdtemp(prefix="d5-ranks-"))
+    if stop.received is not None:
+        return _interrupted(stop, run_id)
+    _sweep_watch_directories()
+    directory = Path(tempfile.mkdtemp(prefix=_DIR_PREFIX))
     try:
-        environ = {**os.environ, **dict(env or {}), PARENT_ENV: "1", DIR_ENV: str(directory)}
+        (directory / "parent").write_text(f"{os.getpid()} {_process_start(os.getpid())}")
+        environ = {**os.environ, **dict(env or {}), PARENT_ENV: "1", DIR_ENV: str(directory),
+                   PARENT_PID_ENV: f"{os.getpid()}@{socket.gethostname()}"}  # fmt: skip
         if run_id is not None:
             environ[RUN_ID_ENV] = run_id
         cmd = list(mpi.build_command(ranks, [sys.executable, "-m", "d5core", *argv]))
         proc = subprocess.Popen(cmd, env=environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True, start_new_session=True)  # fmt: skip
-        out: list[str] = []
-        err: list[str] = []
-
-        def echo(line: str) -> None:
-            sys.stdout.write(line)
-            sys.stdout.flush()
-
-        assert proc.stdout is not None and proc.stderr is not None
-        pumps = [
-            threading.Thread(target=_pump, args=(proc.stdout, out, echo), daemon=True),
-            threading.Thread(target=_pump, args=(proc.stderr, err, None), daemon=True),
-        ]
-        for t in pumps:
-            t.start()
-        failure = _watch(proc, directory, ranks, rank_timeout)
-        if failure is not None:
+                                text=True, start_new_session=True,
+                                preexec_fn=_die_with_parent())  # fmt: skip
+        try:
+            return _follow(proc, directory, ranks, rank_timeout, run_id, on_failure, stop)
+        except BaseException:
             _kill(proc, directory, ranks)
-        proc.wait()
-        for t in pumps:
-            t.join(timeout=2.0)
-        text = "".join(out) + "".join(err)
-        diag = _diagnose(directory, ranks, text)
-        found = diag
-        if failure is not None:
-            better = diag is not None and "with signal" in diag[1] and "died" in failure
-            found = diag if better else (EXIT_FAILED, failure)
-        rid = run_id
-        if rid is None and (directory / "run_id").exists():
-            rid = (directory / "run_id").read_text().strip() or None
-        if found is None and proc.returncode != 0:
-            found = (EXIT_FAILED, f"mpiexec exited with status {proc.returncode}")
-        if found is None:
-            sys.stderr.write("".join(line for line in err if not _BANNER.match(line)))
-            return LaunchOutcome(0, None, rid)
-        code, message = found
-        if on_failure is not None:
-            on_failure(rid, message)
-        return LaunchOutcome(code, message, rid)
+            raise
     finally:
         shutil.rmtree(directory, ignore_errors=True)
 
 
-def _watch(proc: subprocess.Popen[str], directory: Path, ranks: int, timeout: float) -> str | None:
+def _follow(
+    proc: subprocess.Popen[str],
+    directory: Path,
+    ranks: int,
+    rank_timeout: float,
+    run_id: str | None,
+    on_failure: Callable[[str | None, str], None] | None,
+    stop: StopSignals,
+) -> LaunchOutcome:
+    """Pass the job's output on, watch it to its end and say how it ended."""
+    out: list[str] = []
+    err: list[str] = []
+
+    def echo(line: str) -> None:
+        sys.stdout.write(line)
+        sys.stdout.flush()
+
+    assert proc.stdout is not None and proc.stderr is not None
+    pumps = [
+        threading.Thread(target=_pump, args=(proc.stdout, out, echo), daemon=True),
+        threading.Thread(target=_pump, args=(proc.stderr, err, None), daemon=True),
+    ]
+    for t in pumps:
+        t.start()
+    failure = _watch(proc, directory, ranks, rank_timeout, stop)
+    if failure is not None:
+        _kill(proc, directory, ranks)
+    proc.wait()
+    for t in pumps:
+        t.join(timeout=2.0)
+    if failure is not None and stop.received is not None:
+        return _interrupted(stop, run_id or _read_run_id(directory))
+    text = "".join(out) + "".join(err)
+    diag = _diagnose(directory, ranks, text)
+    found = diag
+    if failure is not None:
+        better = diag is not None and "with signal" in diag[1] and "died" in failure
+        found = diag if better else (EXIT_FAILED, failure)
+    rid = run_id or _read_run_id(directory)
+    if found is None and proc.returncode != 0:
+        found = (EXIT_FAILED, f"mpiexec exited with status {proc.returncode}")
+    if found is None:
+        sys.stderr.write("".join(line for line in err if not _BANNER.match(line)))
+        return LaunchOutcome(0, None, rid)
+    code, message = found
+    if on_failure is not None:
+        on_failure(rid, message)
+    return LaunchOutcome(code, message, rid)
+
+
+def _read_run_id(directory: Path) -> str | None:
+    """The run id rank 0 wrote, if it did."""
+    try:
+        return (directory / "run_id").read_text().strip() or None
+    except OSError:
+        return None
+
+
+def _watch(
+    proc: subprocess.Popen[str], directory: Path, ranks: int, timeout: float, stop: StopSignals
+) -> str | None:
     """Wait for the job; a one-line reason to kill it, or ``None`` once it ended."""
     started = time.monotonic()
     failed_at: dict[int, float] = {}
     while proc.poll() is None:
         time.sleep(_POLL_S)
+        if stop.received is not None:
+            return f"interrupted by {stop.name}"
         now = time.monotonic()
         for rank in range(ranks):
             st = _read_status(directory, rank)

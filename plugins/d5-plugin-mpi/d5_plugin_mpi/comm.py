@@ -1,14 +1,16 @@
 """A d5 :class:`~d5core.levels.distributed.Communicator` over mpi4py.
 
 Every call moves numpy buffers with mpi4py's upper-case (buffer) methods; nothing is
-pickled. Byte counts follow :func:`d5core.levels.distributed.collective_bytes`.
+pickled. Byte counts follow :func:`d5core.levels.distributed.collective_bytes` and take in
+every byte a call hands to MPI: ``gather`` and ``allgather`` first exchange a shape header
+of :data:`SHAPE_HEADER_NBYTES` bytes per rank, and count it with the data.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from mpi4py import MPI
@@ -23,13 +25,16 @@ from d5core.levels.distributed import (
     collective_bytes,
 )
 
-__all__ = ["MPICommunicator", "MPIRequest"]
+__all__ = ["SHAPE_HEADER_NBYTES", "MPICommunicator", "MPIRequest"]
 
 _clock = time.perf_counter_ns
 
 _OPS: dict[str, MPI.Op] = {"sum": MPI.SUM, "prod": MPI.PROD, "max": MPI.MAX, "min": MPI.MIN}
-#: Dimensions of the shape header exchanged by gather/allgather (1 + ndim + shape).
+#: The most dimensions gather/allgather take: their shape header is ``[ndim, *shape]``
+#: padded to ``1 + _MAX_NDIM`` int64.
 _MAX_NDIM = 15
+#: Bytes of the shape header each rank contributes to every gather/allgather.
+SHAPE_HEADER_NBYTES = (1 + _MAX_NDIM) * np.dtype(np.int64).itemsize
 
 
 def _mpi_op(op: str) -> MPI.Op:
@@ -90,6 +95,8 @@ class MPICommunicator(Communicator):
     """The ranks of an MPI communicator (``MPI.COMM_WORLD`` unless ``comm`` is given)."""
 
     name = "mpi"
+    #: What each rank adds to every gather/allgather (for ``expected_bytes``).
+    shape_header_nbytes: ClassVar[int] = SHAPE_HEADER_NBYTES
 
     def __init__(self, comm: MPI.Comm | None = None) -> None:
         super().__init__()
@@ -148,14 +155,22 @@ class MPICommunicator(Communicator):
         self._count("broadcast", buf.nbytes, t0, root)
         return buf
 
-    def _shapes(self, array: np.ndarray) -> list[tuple[int, ...]]:
+    def _shapes(self, array: np.ndarray, root: int | None = None) -> list[tuple[int, ...]]:
+        """Every rank's shape (allgathered; with ``root``, gathered there: ``[]`` elsewhere)."""
         if array.ndim > _MAX_NDIM:
             raise ValueError(f"gather/allgather support up to {_MAX_NDIM} dimensions")
         header = np.zeros(_MAX_NDIM + 1, dtype=np.int64)
         header[0] = array.ndim
         header[1 : 1 + array.ndim] = array.shape
-        headers = np.empty((self._size, _MAX_NDIM + 1), dtype=np.int64)
-        self.comm.Allgather(header, headers)
+        if root is None:
+            headers = np.empty((self._size, _MAX_NDIM + 1), dtype=np.int64)
+            self.comm.Allgather(header, headers)
+        elif self._rank == root:
+            headers = np.empty((self._size, _MAX_NDIM + 1), dtype=np.int64)
+            self.comm.Gather(header, headers, root=root)
+        else:
+            self.comm.Gather(header, None, root=root)
+            return []
         return [tuple(int(s) for s in h[1 : 1 + int(h[0])]) for h in headers]
 
     def _split(self, flat: np.ndarray, shapes: list[tuple[int, ...]]) -> list[np.ndarray]:
@@ -169,20 +184,18 @@ class MPICommunicator(Communicator):
     def gather(self, array: np.ndarray, root: int = 0) -> list[np.ndarray] | None:
         t0 = _clock()
         src = _contiguous(array)
-        shapes = self._shapes(src)
-        counts = [int(np.prod(s, dtype=np.int64)) for s in shapes]
-        if self._rank == root:
-            flat = np.empty(sum(counts), dtype=src.dtype)
-            self.comm.Gatherv(src, (flat, counts), root=root)
-        else:
+        shapes = self._shapes(src, root)
+        header = SHAPE_HEADER_NBYTES if self._size > 1 else 0
+        if self._rank != root:
             self.comm.Gatherv(src, None, root=root)
-        item = src.dtype.itemsize
-        if self._rank == root:
-            received = (sum(counts) - counts[root]) * item
-            self._record("gather", 0, received, t0)
-            return self._split(flat, shapes)
-        self._record("gather", src.nbytes if self._size > 1 else 0, 0, t0)
-        return None
+            self._record("gather", header + (src.nbytes if self._size > 1 else 0), 0, t0)
+            return None
+        counts = [int(np.prod(s, dtype=np.int64)) for s in shapes]
+        flat = np.empty(sum(counts), dtype=src.dtype)
+        self.comm.Gatherv(src, (flat, counts), root=root)
+        received = (sum(counts) - counts[root]) * src.dtype.itemsize
+        self._record("gather", 0, (self._size - 1) * header + received, t0)
+        return self._split(flat, shapes)
 
     def allgather(self, array: np.ndarray) -> list[np.ndarray]:
         t0 = _clock()
@@ -194,8 +207,10 @@ class MPICommunicator(Communicator):
             self.comm.Allgather(src, flat)
         else:
             self.comm.Allgatherv(src, (flat, counts))
+        others = self._size - 1
         received = (sum(counts) - counts[self._rank]) * src.dtype.itemsize
-        self._record("allgather", (self._size - 1) * src.nbytes, received, t0)
+        header = others * SHAPE_HEADER_NBYTES
+        self._record("allgather", header + others * src.nbytes, header + received, t0)
         return self._split(flat, shapes)
 
     def reduce_scatter(self, array: np.ndarray, op: str = "sum") -> np.ndarray:

@@ -8,29 +8,65 @@ from typing import Any
 
 import numpy as np
 from d5_plugin_mpi.comm import MPICommunicator
+from mpi4py import MPI
 
 from d5core.bus import COMM_CALL, Event, MetricBus, use_bus
 from d5core.levels.distributed import ANY_SOURCE
 
+#: The mpi4py methods that move data; what the spy notes for each call.
+SPIED = (
+    "Allreduce", "Reduce", "Bcast", "Gather", "Gatherv", "Allgather", "Allgatherv",
+    "Reduce_scatter", "Reduce_scatter_block", "Send", "Isend", "Recv", "Irecv", "Barrier",
+)  # fmt: skip
+
+
+class SpyComm:
+    """``MPI.COMM_WORLD`` that notes ``[method, bytes of the send buffer, root]`` for every
+    call that moves data, so that the test can check the counts against what MPI was given."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.calls: list[list[Any]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self.inner, name)
+        if name not in SPIED:
+            return attr
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            buf = args[0] if args else kwargs.get("sendbuf", kwargs.get("buf"))
+            if buf is MPI.IN_PLACE:
+                buf = args[1]
+            nbytes = buf.nbytes if isinstance(buf, np.ndarray) else 0
+            self.calls.append([name, nbytes, kwargs.get("root", 0)])
+            return attr(*args, **kwargs)
+
+        return call
+
 
 def main(out_dir: str) -> None:
-    comm = MPICommunicator()
+    spy = SpyComm(MPI.COMM_WORLD)
+    comm = MPICommunicator(spy)  # type: ignore[arg-type]
     r, n = comm.rank, comm.size
     rng = np.random.default_rng(100 + r)
     x = rng.standard_normal(10).astype(np.float64)  # 10 not divisible by 4: uneven chunks
     res: dict[str, Any] = {"rank": r, "size": n, "x": x.tolist()}
     counts: dict[str, Any] = {}
+    mpi_calls: dict[str, Any] = {}
 
     def snap(name: str) -> None:
         c = comm.counters()
         counts[name] = [c["bytes_sent"], c["bytes_received"]]
         comm.reset_counters()
+        mpi_calls[name] = spy.calls
+        spy.calls = []
 
     events: list[Event] = []
     bus = MetricBus()
     bus.subscribe(COMM_CALL, events.append)
     with use_bus(bus):
         comm.reset_counters()
+        spy.calls = []
         res["allreduce"] = comm.allreduce(x).tolist()
         snap("allreduce")
         res["allreduce_max"] = comm.allreduce(x, op="max").tolist()
@@ -83,6 +119,7 @@ def main(out_dir: str) -> None:
         res["calls_after_barrier"] = comm.counters()["calls"]
         res["comm_seconds"] = comm.comm_seconds
     res["counts"] = counts
+    res["mpi_calls"] = mpi_calls
     res["events"] = [
         {k: e.payload[k] for k in ("op", "bytes_sent", "bytes_received", "duration_ns", "rank")}
         | {"level": e.level}

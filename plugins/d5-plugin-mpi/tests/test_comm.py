@@ -18,6 +18,15 @@ launch = pytest.importorskip("d5_plugin_mpi.launch")
 
 WORKER = Path(__file__).with_name("_comm_worker.py")
 TIMEOUT_S = 60
+#: The shape header every rank sends in a gather/allgather: 16 int64.
+HEADER = 128
+#: The collective convention of each mpi4py method (point to point: exact bytes).
+CONVENTION = {
+    "Allreduce": "allreduce", "Reduce": "reduce", "Bcast": "broadcast",
+    "Gather": "gather", "Gatherv": "gather", "Allgather": "allgather",
+    "Allgatherv": "allgather", "Reduce_scatter": "reduce_scatter",
+    "Reduce_scatter_block": "reduce_scatter",
+}  # fmt: skip
 
 
 def run_ranks(n: int, tmp: Path) -> list[dict[str, Any]]:
@@ -97,10 +106,14 @@ def test_byte_counts_follow_convention(ranks: list[dict[str, Any]]) -> None:
         assert c["reduce"] == list(collective_bytes("reduce", b, n, r, root=n - 1))
         assert c["broadcast"] == list(collective_bytes("broadcast", b, n, r, root=n - 1))
         assert c["reduce_scatter"] == list(collective_bytes("reduce_scatter", b, n, r))
-        assert c["allgather_eq"] == list(collective_bytes("allgather", 32, n, r))
+        h = HEADER * (n - 1)
+        assert c["allgather_eq"] == [h + (n - 1) * 32, h + (n - 1) * 32]
         others = sum(4 * (k + 1) for k in range(n) if k != r)
-        assert c["allgather"] == [(n - 1) * 4 * (r + 1), others]
-        assert c["gather"] == ([0, others] if r == 0 else [4 * (r + 1), 0])
+        assert c["allgather"] == [h + (n - 1) * 4 * (r + 1), h + others]
+        if n == 1:
+            assert c["gather"] == [0, 0]
+        else:
+            assert c["gather"] == ([0, h + others] if r == 0 else [HEADER + 4 * (r + 1), 0])
         peers = len({(r - 1) % n, (r + 1) % n} - {r})
         assert c["exchange"] == [16 * peers, 16 * peers]
         if n > 1:
@@ -111,6 +124,28 @@ def test_byte_counts_follow_convention(ranks: list[dict[str, Any]]) -> None:
         assert sum(d["counts"][name][0] for d in ranks) == sum(
             d["counts"][name][1] for d in ranks
         ), name
+
+
+def _sent_to_mpi(calls: list[list[Any]], n: int, rank: int) -> int:
+    """What a rank handed MPI to send in ``calls``, by the byte-count convention."""
+    sent = 0
+    for method, nbytes, root in calls:
+        if method in ("Send", "Isend"):
+            sent += nbytes
+        elif method in CONVENTION:
+            sent += collective_bytes(CONVENTION[method], nbytes, n, rank, root)[0]
+    return sent
+
+
+def test_every_byte_handed_to_mpi_is_counted(ranks: list[dict[str, Any]]) -> None:
+    """The counters miss nothing a call gives MPI, the gathers' shape headers included."""
+    n = len(ranks)
+    for d in ranks:
+        assert set(d["mpi_calls"]) == set(d["counts"])
+        for name, calls in d["mpi_calls"].items():
+            assert d["counts"][name][0] == _sent_to_mpi(calls, n, d["rank"]), (name, calls)
+        if n > 1:
+            assert ["Allgather", HEADER, 0] in d["mpi_calls"]["allgather"]
 
 
 def test_formulas() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +21,8 @@ launch = pytest.importorskip("d5_plugin_mpi.launch")
 
 WORKER = Path(__file__).with_name("test_schemes_worker.py")
 TIMEOUT_S = 60
+#: The shape header each rank sends in every allgather: 16 int64.
+HEADER = 128
 
 _spec = importlib.util.spec_from_file_location("_schemes_worker", WORKER)
 assert _spec is not None and _spec.loader is not None
@@ -94,6 +97,22 @@ def test_volume_matches_expected_bytes(ranks: list[dict[str, Any]], key: str) ->
         measured, expected = d[key]["bytes"], d[key]["expected"]
         assert expected[0] > 0 and expected[1] > 0, (key, d["rank"])
         np.testing.assert_allclose(measured, expected, rtol=0.01, err_msg=f"{key} rank {d['rank']}")
+
+
+def test_topk_volume_counts_every_allgathers_shape_header(ranks: list[dict[str, Any]]) -> None:
+    """Top-k 1% on the digits MLP: two allgathers per parameter (int32 indices, float32
+    values), each with its 128-byte header; on 2 ranks a 13.5x saving, not 48x."""
+    n = len(ranks)
+    for d in ranks:
+        topk, plain = d["digits_topk"], d["digits_plain"]
+        sizes, steps = topk["sizes"], topk["steps"]
+        per_step = sum(8 * max(1, math.ceil(0.01 * m)) + 2 * HEADER for m in sizes.values())
+        assert topk["bytes"] == [steps * (n - 1) * per_step] * 2 == topk["expected"]
+        dense = 4 * sum(sizes.values())
+        assert plain["bytes"] == [steps * (2 * (n - 1) * dense // n)] * 2 == plain["expected"]
+    saving = ranks[0]["digits_plain"]["bytes"][0] / ranks[0]["digits_topk"]["bytes"][0]
+    if n == 2:
+        assert saving == pytest.approx(13.5, abs=0.05)
 
 
 def test_model_averaging_agrees_after_averaging(ranks: list[dict[str, Any]]) -> None:

@@ -30,6 +30,35 @@ def grads(params: dict[str, np.ndarray], x: np.ndarray, y: np.ndarray) -> dict[s
     return {"w": x.T @ e / len(x), "b": e.mean(0)}
 
 
+def digits_mlp(res: dict[str, Any], comm: Any, steps: int = 3) -> None:
+    """The volume of the digits recipe's MLP (float32) under a plain and a top-k 1%
+    allreduce, with random gradients: ``res["digits_<key>"]``."""
+    from d5_plugin_mpi.schemes import make_distributed
+
+    from d5core.plugins import get_plugin_manager
+    from d5core.runners.networks import load_model
+
+    mlp = load_model("mlp", hidden=[64], input_shape=(64,), classes=10, seed=0)
+    sgd = get_plugin_manager().load("d5.optimizers", "sgd")
+    for key, compression in (("plain", None), ("topk", {"name": "topk", "ratio": 0.01})):
+        opt = make_distributed("allreduce", sgd(lr=0.01), comm, compression=compression)
+        params = {k: np.array(v, copy=True) for k, v in mlp.parameters.items()}
+        comm.barrier()
+        comm.reset_counters()
+        for t in range(steps):
+            rng = np.random.default_rng([comm.rank, t])
+            opt.step(params, {k: rng.standard_normal(v.shape).astype(v.dtype)
+                              for k, v in params.items()})  # fmt: skip
+        c = comm.counters()
+        sizes = {k: int(v.size) for k, v in params.items()}
+        res[f"digits_{key}"] = {
+            "bytes": [c["bytes_sent"], c["bytes_received"]],
+            "expected": list(opt.expected_bytes(sizes, steps)),
+            "sizes": sizes,
+            "steps": steps,
+        }
+
+
 def main(out_dir: str) -> None:
     from d5_plugin_mpi.comm import MPICommunicator
     from d5_plugin_mpi.schemes import make_distributed
@@ -78,6 +107,7 @@ def main(out_dir: str) -> None:
     run("topk", "allreduce", compression={"name": "topk", "ratio": 0.25})
     run("qsgd", "allreduce", compression={"name": "qsgd", "bits": 4, "seed": 1})
     run("sign", "allreduce", compression="sign")
+    digits_mlp(res, comm)
     opt, params = run("async", "async-parameter-server")
     res["async"]["arrivals"] = getattr(opt, "arrivals", [])
     opt.synchronize(params)  # type: ignore[attr-defined]

@@ -67,8 +67,14 @@ class Scheme(DistributedOptimizer):
             params[n][...] = view
 
     def collective(self, op: str, nbytes: int, root: int = 0) -> tuple[int, int]:
-        """The communicator's count of one collective ``op`` on ``nbytes`` bytes."""
-        return collective_bytes(op, nbytes, self.comm.size, self.comm.rank, root)
+        """The communicator's count of one collective ``op`` on ``nbytes`` bytes: the
+        convention's, plus the shape header a ``gather``/``allgather`` exchanges first."""
+        sent, received = collective_bytes(op, nbytes, self.comm.size, self.comm.rank, root)
+        if op in ("gather", "allgather"):
+            header = int(getattr(self.comm, "shape_header_nbytes", 0))
+            h_sent, h_received = collective_bytes(op, header, self.comm.size, self.comm.rank, root)
+            sent, received = sent + h_sent, received + h_received
+        return sent, received
 
     def item(self, itemsize: int | None) -> int:
         """``itemsize``, else that of the last step's parameters, else 4."""
