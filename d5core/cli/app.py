@@ -1,8 +1,9 @@
 """The ``d5`` command group, plugin subcommands, and how errors reach the user.
 
 Exit codes: 0 success, 1 a check or threshold failed, 2 bad input (arguments, files,
-recipes, plugin selection), 3 an unexpected error inside d5 or a plugin. Errors print
-as one line; ``d5 --debug`` (or ``D5_DEBUG=1``) shows the traceback instead.
+recipes, plugin selection), 3 an unexpected error inside d5 or a plugin, 130 interrupted
+(Ctrl-C). Errors print as one line; ``d5 --debug`` (or ``D5_DEBUG=1``, ``true``, ``yes``
+or ``on``) shows the traceback instead.
 """
 
 from __future__ import annotations
@@ -17,9 +18,25 @@ import click
 from d5core._version import PLUGIN_API_VERSION, __version__
 from d5core.errors import D5Error
 
-__all__ = ["EXIT_INTERNAL", "D5Group", "cli", "main"]
+__all__ = ["DEBUG_VAR", "EXIT_INTERNAL", "EXIT_INTERRUPTED", "D5Group", "cli", "main"]
 
 EXIT_INTERNAL = 3
+#: The exit code of a command the user interrupted (Ctrl-C), as shells report SIGINT.
+EXIT_INTERRUPTED = 130
+#: The variable that turns on tracebacks, like ``--debug``.
+DEBUG_VAR = "D5_DEBUG"
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("", "0", "false", "no", "off")
+
+
+class _EscapedEOF(Exception):
+    """An ``EOFError`` from inside a command, carried past click (which would turn it
+    into "aborted") to be reported as the error it is."""
+
+    def __init__(self, original: EOFError) -> None:
+        super().__init__(str(original))
+        self.original = original
+
 
 #: Core commands: name -> "module:attribute", imported only when the command runs or
 #: its help is shown, so that ``d5 --help`` stays fast.
@@ -75,6 +92,12 @@ class D5Group(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*CORE_COMMANDS, *self.commands, *self._from_plugins()})
 
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except EOFError as exc:
+            raise _EscapedEOF(exc) from exc
+
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name in self.commands:
             return self.commands[cmd_name]
@@ -85,7 +108,43 @@ class D5Group(click.Group):
 
 
 def _debug_wanted(argv: Sequence[str]) -> bool:
-    return "--debug" in argv or os.environ.get("D5_DEBUG", "") not in ("", "0")
+    """``--debug`` given, or ``D5_DEBUG`` a yes; a value that is neither yes nor no is
+    warned about and leaves debugging off."""
+    value = os.environ.get(DEBUG_VAR, "").strip().lower()
+    if value not in _TRUE + _FALSE:
+        _warn(
+            f"{DEBUG_VAR}={os.environ[DEBUG_VAR]!r} is neither yes nor no; use 1, true, yes "
+            f"or on to show tracebacks (0, false, no, off or empty for not); ignored"
+        )
+    return "--debug" in argv or value in _TRUE
+
+
+def _warn_plugin_selection() -> None:
+    """Warn about names in D5_DISABLE_PLUGINS / D5_LOAD_PLUGINS that select nothing."""
+    from d5core.plugins.selection import DISABLE_VAR, LOAD_VAR
+
+    if not (os.environ.get(DISABLE_VAR, "").strip() or os.environ.get(LOAD_VAR, "").strip()):
+        return
+    from d5core.plugins.catalog import discover
+    from d5core.plugins.selection import selection_warnings
+
+    for line in selection_warnings(os.environ, discover().records):
+        _warn(line)
+
+
+def _interrupted() -> int:
+    click.echo("d5: interrupted", err=True)
+    return EXIT_INTERRUPTED
+
+
+def _internal_error(exc: BaseException) -> int:
+    msg = " ".join(str(exc).split())
+    click.echo(
+        f"d5: internal error: {type(exc).__name__}: {msg} "
+        f"(rerun with 'd5 --debug ...' for the traceback and report it)",
+        err=True,
+    )
+    return EXIT_INTERNAL
 
 
 @click.group(cls=D5Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -111,12 +170,20 @@ def run(args: list[str]) -> int:
     """Run the command line on ``args`` and return the exit code."""
     debug = _debug_wanted(args)
     try:
+        _warn_plugin_selection()
         rv = cli.main(args=args, prog_name="d5", standalone_mode=False)
     except click.exceptions.Exit as exc:
         return exc.exit_code
-    except click.Abort:
+    except click.Abort as exc:
+        # click turns Ctrl-C (KeyboardInterrupt) into Abort, the interrupt as its context
+        if isinstance(exc.__context__, KeyboardInterrupt):
+            return _interrupted()
         click.echo("d5: aborted", err=True)
-        return 130
+        return EXIT_INTERRUPTED
+    except _EscapedEOF as exc:
+        if debug:
+            raise exc.original from None
+        return _internal_error(exc.original)
     except click.ClickException as exc:
         if debug:
             raise
@@ -131,16 +198,9 @@ def run(args: list[str]) -> int:
         click.echo(f"d5: error: {exc}", err=True)
         return exc.exit_code
     except KeyboardInterrupt:
-        click.echo("d5: interrupted", err=True)
-        return 130
+        return _interrupted()
     except Exception as exc:
         if debug:
             raise
-        msg = " ".join(str(exc).split())
-        click.echo(
-            f"d5: internal error: {type(exc).__name__}: {msg} "
-            f"(rerun with 'd5 --debug ...' for the traceback and report it)",
-            err=True,
-        )
-        return EXIT_INTERNAL
+        return _internal_error(exc)
     return rv if isinstance(rv, int) else 0

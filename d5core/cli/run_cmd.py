@@ -2,7 +2,12 @@
 
 Exit codes: 0 when every METRICS threshold holds, 1 naming the first that does not
 (a diverged run fails its thresholds like any other), 2 for bad input, which is always
-rejected before training starts and before anything is stored.
+rejected before training starts and before anything is stored (a results database that
+cannot be written included).
+
+The run is begun in the store (``running``) once the data is loaded and the model built,
+and its samples are stored as they come (:mod:`d5core.training.recording`): a run killed
+at any moment reads back ``incomplete`` with what it had measured.
 """
 
 from __future__ import annotations
@@ -37,11 +42,13 @@ class Prepared:
         is this rank's partition and the optimizer is wrapped by ``scheme``; each rank
         takes ``batch_size`` examples per step (``batch_size / ranks`` with
         ``global_batch``)."""
+        from d5core.bus import MetricBus
         from d5core.plugins import get_plugin_manager
         from d5core.runners.networks import executor_by_name, load_model, with_loss
-        from d5core.training.datasets import load_dataset
+        from d5core.training.datasets import data_manifest, load_dataset
+        from d5core.training.recipes import run_hash
         from d5core.training.samplers import make_sampler
-        from d5core.training.trainer import StopConditions, Trainer
+        from d5core.training.trainer import RunClock, StopConditions, Trainer
 
         s = recipe.settings()
         self.recipe, self.seed, self.settings = recipe, seed, s
@@ -54,9 +61,15 @@ class Prepared:
                     f"{dist.size} ranks"
                 )
             self.batch_size //= dist.size
+        # MLPerf's clock starts at the first touch of data: before the datasets load.
+        clock = RunClock.start(s.get("target_accuracy"), bus=MetricBus())
         self.train_set = load_dataset(s["dataset"], "train", **s["dataset_options"])
         test_options = {**s["dataset_options"], **s["test_dataset_options"]}
         self.test_set = load_dataset(s["dataset"], "test", **test_options)
+        #: What the run read: a content digest of each split and where it came from.
+        self.data = {"train": data_manifest(self.train_set), "test": data_manifest(self.test_set)}
+        #: The hash stored with the run: the recipe as it runs, and the data it read.
+        self.run_hash = run_hash(recipe.hash, {k: v["sha256"] for k, v in self.data.items()})
         model_options = dict(s["model_options"])
         if not str(s["model"]).endswith(".onnx"):
             model_options.setdefault("input_shape", tuple(self.train_set.input_shape))
@@ -71,7 +84,7 @@ class Prepared:
             optimizer = opt_cls(lr=float(s["lr"]), **s["optimizer_options"])
         except TypeError as exc:
             raise UsageError(f"optimizer {s['optimizer']}: bad options: {exc}") from None
-        bus = None
+        bus = clock.bus
         if dist is None:
             sampler = make_sampler(
                 s["sampler"],
@@ -91,7 +104,6 @@ class Prepared:
             )  # fmt: skip
             steps_per_epoch = math.ceil(sampler.num_examples() / self.batch_size)
             optimizer = dist.wrap_optimizer(scheme, optimizer, scheme_options or {})
-            bus = MetricBus()
             bus.subscribe("train.step.end", dist.on_step)
             for event in ("train.epoch.end", "test.pass.end", "run.end"):
                 bus.subscribe(event, dist.mark_progress)
@@ -120,7 +132,7 @@ class Prepared:
             executor, loss, optimizer, self.train_set, sampler,
             test_set=self.test_set, test_every=s["test_every"], schedule=schedule,
             modifiers=modifiers, transforms=transforms, stop=stop, seed=seed,
-            eval_batch_size=int(s["eval_batch_size"]), bus=bus,
+            eval_batch_size=int(s["eval_batch_size"]), clock=clock,
             agree=dist.agree if dist is not None else None,
         )  # fmt: skip
 
@@ -131,11 +143,14 @@ def prepare(
     """Load, check and override the recipe, then build every component (no training).
 
     ``distributed`` goes to :class:`Prepared` (``dist``, ``scheme``, ...).
+
+    :raises UsageError: for bad input, a ``seed`` other than one the recipe freezes
+        included.
     """
     from d5core.training.recipes import load_recipe
 
     recipe = load_recipe(recipe_path).with_overrides(sets)
-    return Prepared(recipe, recipe.settings()["seed"] if seed is None else seed, **distributed)
+    return Prepared(recipe, recipe.run_seed(seed), **distributed)
 
 
 def metric_values(result: Any) -> dict[str, float | None]:
@@ -161,61 +176,44 @@ def _json_safe(value: float | None) -> float | str | None:
     return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
 
 
-def _begin(store: Any, prep: Prepared, extra: dict[str, Any]) -> str:
-    """Begin the ``train`` run of ``prep`` (status ``running``); ``extra`` joins its config."""
+def _begin(
+    store: Any, prep: Prepared, extra: dict[str, Any], environment: dict[str, Any] | None = None
+) -> str:
+    """Begin the ``train`` run of ``prep`` (status ``running``); ``extra`` joins its config.
+
+    The stored hash is ``prep.run_hash``: the recipe after overrides and the data read.
+    ``environment`` is captured now unless given.
+    """
     from d5core.environment import capture_environment
 
     recipe = prep.recipe
     config = {
         "recipe": recipe.path,
         "recipe_form": recipe.form,
+        "recipe_hash": recipe.hash,
+        "loaded_recipe_hash": recipe.loaded_hash,
         "fixed": recipe.fixed,
         "mutable": recipe.mutable,
         "metrics": recipe.metrics,
         "overrides": recipe.overrides,
         "settings": prep.settings,
+        "data": prep.data,
         **extra,
     }
-    env = capture_environment(seeds={"recipe": prep.seed})
+    env = dict(environment or capture_environment(seeds={"recipe": prep.seed}))
+    env["recipe_hash"] = prep.run_hash
     run_id = store.begin_run(
         "train", recipe.name, config=config, environment=env, seed=prep.seed,
-        recipe_hash=recipe.hash,
+        recipe_hash=prep.run_hash,
     )  # fmt: skip
     return str(run_id)
 
 
-def _store(db: Path | None, prep: Prepared, result: Any, values: dict[str, float | None]) -> str:
-    from d5core.results.store import ResultsStore
-
-    extra = {"stop_reason": result.stop_reason, "diverged_at": result.diverged_at}
-    with ResultsStore.open(db) as store:
-        run_id = _begin(store, prep, extra)
-        _record(store, run_id, result, values)
-    return run_id
-
-
 def _record(store: Any, run_id: str, result: Any, values: dict[str, float | None]) -> None:
     """Store a result's metrics and curves in the running run ``run_id`` and finish it."""
-    units = {"time_to_accuracy": "s", "throughput": "samples/s", "wall_time": "s"}
-    for name, value in values.items():
-        if value is not None and math.isfinite(value):
-            store.add_metric(run_id, name, value, unit=units.get(name, ""))
-    losses = [v if math.isfinite(v) else math.nan for v in result.losses]
-    finite = [v for v in losses if math.isfinite(v)]
-    if finite:
-        store.add_measurement(run_id, "loss", finite, unit="loss")
-    if result.step_times_s:
-        store.add_measurement(run_id, "step_time", result.step_times_s, unit="s")
-    rates = [r for r in result.throughput_samples_s if math.isfinite(r)]
-    if rates:
-        store.add_measurement(run_id, "throughput", rates, unit="samples/s")
-    accs = [float(t["accuracy"]) for t in result.test_curve]
-    if accs:
-        store.add_measurement(run_id, "test_accuracy", accs, unit="fraction")
-    error = None
-    if result.status == "diverged":
-        error = f"loss became {result.losses[-1]} at step {result.diverged_at['step']}"
-    store.finish_run(run_id, result.status, error)
+    from d5core.training.recording import RunRecorder
+
+    RunRecorder(store, run_id).finish(result, values)
 
 
 def _run_json(prep: Prepared, run_id: str, result: Any, values: dict[str, float | None],
@@ -223,7 +221,7 @@ def _run_json(prep: Prepared, run_id: str, result: Any, values: dict[str, float 
     return {
         "run_id": run_id,
         "recipe": prep.recipe.name,
-        "recipe_hash": prep.recipe.hash,
+        "recipe_hash": prep.run_hash,
         "seed": prep.seed,
         "status": result.status,
         "stop_reason": result.stop_reason,
@@ -282,13 +280,19 @@ def repeat_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
 @click.command("run")
 @click.argument("recipe", type=click.Path(path_type=Path))
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Change a MUTABLE key.")
-@click.option("--seed", type=click.IntRange(min=0), default=None, help="Override the seed.")
+@click.option(
+    "--seed",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Override the seed (refused when the recipe freezes it in FIXED).",
+)
 @click.option(
     "--repeat",
     type=click.IntRange(min=1),
     default=1,
     show_default=True,
-    help="Run N times with seeds SEED, SEED+1, ...; each run is stored.",
+    help="Run N times with seeds SEED, SEED+1, ... (every run keeps a seed FIXED by the "
+    "recipe); each run is stored.",
 )
 @click.option(
     "--ranks",
@@ -338,8 +342,10 @@ def run(
 ) -> None:
     """Train under RECIPE (.toml or .py), store the run and check its METRICS thresholds.
 
-    Exits 0 when every threshold holds (in every run), 1 when one fails, 2 for bad input.
-    With --ranks N (N > 1) the run is data-parallel over N MPI ranks.
+    Exits 0 when every threshold holds (in every run), 1 when one fails, 2 for bad input
+    (checked before anything is stored), 130 when interrupted. The run is stored while it
+    trains, so a killed run keeps what it measured. With --ranks N (N > 1) the run is
+    data-parallel over N MPI ranks.
     """
     from d5core.training.distributed import (
         DEFAULT_SCHEME,
@@ -394,15 +400,26 @@ def _run_parent(
     as_json: bool,
     db: Path | None,
 ) -> None:
-    """Check everything, begin the run, launch N ranks under mpiexec and watch them."""
+    """Check everything, begin the run, launch N ranks under mpiexec and watch them.
+
+    Bad options end with exit 2 before anything is stored. SIGINT, SIGTERM and SIGHUP
+    stop mpiexec and every rank, mark the run interrupted and end with
+    :class:`~d5core.training.distributed.RunInterrupted`.
+    """
     from d5core.results.paths import resolve_db_path
     from d5core.results.store import ResultsStore
-    from d5core.training.distributed import RankFailed, launch
+    from d5core.training.distributed import (
+        RankFailed,
+        RunInterrupted,
+        StopSignals,
+        check_rank_options,
+        launch,
+    )
 
     prep = prepare(recipe, sets, seed)  # bad input fails here, before anything is stored
+    check_rank_options(prep.settings, len(prep.train_set), ranks, local=prep.trainer.optimizer,
+                       **dist_args)  # fmt: skip
     db_path = resolve_db_path(db).absolute()
-    with ResultsStore.open(db_path) as store:
-        run_id = _begin(store, prep, {"distributed": _dist_config(prep, ranks, dist_args)})
     argv = ["run", str(recipe), "--seed", str(prep.seed), "--db", str(db_path),
             "--ranks", str(ranks), "--scheme", dist_args["scheme"],
             "--rank-timeout", str(rank_timeout)]  # fmt: skip
@@ -413,17 +430,35 @@ def _run_parent(
     argv += ["--json"] if as_json else []
     argv += ["--global-batch"] if dist_args["global_batch"] else []
 
-    def mark_failed(rid: str | None, message: str) -> None:
+    def finish(rid: str | None, status: str, message: str) -> str:
+        """Finish ``rid`` as ``status`` unless it already ended; its status now."""
+        if rid is None:
+            return "not begun"
         with ResultsStore.open(db_path) as st:
-            if rid is not None and st.get_run(rid).status == "running":
-                st.finish_run(rid, "failed", message)
+            if st.get_run(rid).status == "running":
+                st.finish_run(rid, status, message)
+            return st.get_run(rid).status
 
-    try:
-        outcome = launch(ranks, argv, rank_timeout=rank_timeout, run_id=run_id,
-                         on_failure=mark_failed)  # fmt: skip
-    except BaseException as exc:
-        mark_failed(run_id, f"the launch failed: {' '.join(str(exc).split())}")
-        raise
+    def mark_failed(rid: str | None, message: str) -> None:
+        finish(rid, "failed", message)
+
+    with StopSignals() as stop:
+        with ResultsStore.open(db_path) as store:
+            run_id = _begin(store, prep, {"distributed": _dist_config(prep, ranks, dist_args)})
+        try:
+            outcome = launch(ranks, argv, rank_timeout=rank_timeout, run_id=run_id,
+                             on_failure=mark_failed, stop=stop)  # fmt: skip
+        except BaseException as exc:
+            error = " ".join(str(exc).split()) or type(exc).__name__
+            mark_failed(run_id, f"the launch failed: {error}")
+            raise
+        stopped = None
+        if outcome.signum is not None:
+            what = f"interrupted by {stop.name}; mpiexec and its {ranks} ranks were stopped"
+            status = finish(run_id, "interrupted", what)
+            stopped = RunInterrupted(outcome.signum, f"{what} (run {run_id}: {status})")
+    if stopped is not None:
+        raise stopped
     if outcome.code == 0:
         return
     message = outcome.message or "the distributed run failed"
@@ -532,27 +567,68 @@ def _run_local(
     as_json: bool,
     db: Path | None,
 ) -> None:
-    """The single-process run (the command without --ranks)."""
-    from d5core.training.recipes import check_thresholds
+    """The single-process run (the command without --ranks).
 
-    first = prepare(recipe, list(sets), seed)
+    Bad input (the recipe, ``--seed``, the database, the data, the model) fails before
+    anything is stored; each run is then begun ``running`` and stored as it goes.
+    """
+    from d5core.results.store import ResultsStore
+    from d5core.training.recipes import check_thresholds, load_recipe
+
+    loaded = load_recipe(recipe).with_overrides(list(sets))
+    first_seed = loaded.run_seed(seed)
+    frozen = "seed" in loaded.fixed
     rows: list[dict[str, Any]] = []
     failures: list[tuple[str, dict[str, Any], Any]] = []
-    for index in range(repeat):
-        prep = first if index == 0 else prepare(recipe, list(sets), first.seed + index)
+    first: Prepared | None = None
+    with ResultsStore.open(db) as store:
+        store.require_writable()
+        for index in range(repeat):
+            run_seed = first_seed if frozen else first_seed + index
+            prep, run_id, result = _train_one(store, loaded, run_seed)
+            first = first or prep
+            values = metric_values(result)
+            checks = check_thresholds(prep.recipe, values)
+            rows.append(_run_json(prep, run_id, result, values, checks))
+            failures += [(run_id, c, result) for c in checks if not c["passed"]]
+            if not as_json:
+                _echo_run(run_id, result, values, checks)
+    _report_local(rows, repeat, as_json)
+    if failures and first is not None:
+        run_id, c, result = failures[0]
+        _raise_check(first, run_id, c, result)
+
+
+def _train_one(store: Any, recipe: Any, seed: int) -> tuple[Prepared, str, Any]:
+    """Prepare, begin, train and finish one run of ``recipe``; the run streams its
+    samples into ``store`` as it goes."""
+    from d5core.environment import capture_environment
+    from d5core.training.recording import RunRecorder
+
+    env = capture_environment(seeds={"recipe": seed})  # before the run's clock starts
+    prep = Prepared(recipe, seed)
+    run_id = _begin(store, prep, {}, env)
+    recorder = RunRecorder(store, run_id)
+    prep.trainer.on_progress = recorder
+    try:
         result = prep.trainer.run()
-        values = metric_values(result)
-        run_id = _store(db, prep, result, values)
-        checks = check_thresholds(prep.recipe, values)
-        rows.append(_run_json(prep, run_id, result, values, checks))
-        failures += [(run_id, c, result) for c in checks if not c["passed"]]
-        if not as_json:
-            _echo_run(run_id, result, values, checks)
+    except BaseException as exc:
+        recorder.abort(prep.trainer.curves, exc)
+        raise
+    values = metric_values(result)
+    extra = {"stop_reason": result.stop_reason, "diverged_at": result.diverged_at}
+    recorder.finish(result, values, config=extra)
+    return prep, run_id, result
+
+
+def _report_local(rows: list[dict[str, Any]], repeat: int, as_json: bool) -> None:
+    """Print the runs' JSON, or the summary line of repeated runs."""
     if as_json:
         if repeat == 1:
             print_json(rows[0])
         else:
-            print_json({"passed": not failures, "runs": rows, "summary": repeat_summary(rows)})
+            passed = all(r["passed"] for r in rows)
+            print_json({"passed": passed, "runs": rows, "summary": repeat_summary(rows)})
     elif repeat > 1:
         summary = repeat_summary(rows)
         olympic = summary["time_to_accuracy_olympic_mean"]
@@ -560,6 +636,3 @@ def _run_local(
             f"{repeat} runs, {summary['reached_target']} reached the target; time to accuracy "
             f"olympic mean {'-' if olympic is None else f'{olympic:.3f} s'}"
         )
-    if failures:
-        run_id, c, result = failures[0]
-        _raise_check(first, run_id, c, result)

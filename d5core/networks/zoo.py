@@ -133,6 +133,18 @@ def _check_args(name: str, input_shape: Sequence[int], rank: int, classes: int) 
         raise UsageError(f"{name} needs a positive number of classes, not {classes}")
 
 
+def _check_sizes(model: str, option: str, sizes: object) -> None:
+    """Raise a one-line :class:`UsageError` unless ``sizes`` is a list of positive integers."""
+    ok = isinstance(sizes, list | tuple) and all(
+        isinstance(v, int | np.integer) and not isinstance(v, bool) and v > 0 for v in sizes
+    )
+    if not ok:
+        raise UsageError(
+            f"{model} option {option} must be a list of positive layer sizes such as "
+            f"[128, 64], not {sizes!r}"
+        )
+
+
 def mlp(
     *,
     input_shape: Sequence[int] = (784,),
@@ -147,6 +159,7 @@ def mlp(
     """
     if classes <= 0 or not input_shape or any(int(d) <= 0 for d in input_shape):
         raise UsageError(f"mlp needs positive input_shape and classes, not {input_shape}")
+    _check_sizes("mlp", "hidden", hidden)
     b = _Builder("mlp", seed)
     x = "input"
     features = int(np.prod(input_shape))

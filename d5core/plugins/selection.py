@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from packaging.utils import canonicalize_name
 
-__all__ = ["DISABLE_VAR", "LOAD_VAR", "Selection"]
+from d5core.plugins.records import PluginRecord
+
+__all__ = ["DISABLE_VAR", "LOAD_VAR", "Selection", "selection_warnings"]
+
+#: The distribution of d5 itself: its components are always on.
+_CORE_DISTRIBUTION = "d5core"
 
 #: Comma-separated plugin or distribution names to turn off.
 DISABLE_VAR = "D5_DISABLE_PLUGINS"
@@ -18,7 +23,7 @@ LOAD_VAR = "D5_LOAD_PLUGINS"
 def _names(value: str | None) -> frozenset[str] | None:
     if value is None or not value.strip():
         return None
-    return frozenset(canonicalize_name(part) for part in value.split(",") if part.strip())
+    return frozenset(canonicalize_name(part.strip()) for part in value.split(",") if part.strip())
 
 
 @dataclass(frozen=True)
@@ -44,3 +49,42 @@ class Selection:
         if self.allowed is not None and not keys & self.allowed:
             return f"not named in {LOAD_VAR}; add it to that list to use it"
         return None
+
+
+def _installed(records: Iterable[PluginRecord]) -> tuple[set[str], set[str], list[str]]:
+    """(names that select a plugin, names of d5core's own entries, plugins to show)."""
+    selectable: set[str] = set()
+    core: set[str] = set()
+    shown: set[str] = set()
+    for rec in records:
+        if canonicalize_name(rec.distribution) == _CORE_DISTRIBUTION:
+            core.add(canonicalize_name(rec.name))
+            continue
+        selectable |= {canonicalize_name(rec.name), canonicalize_name(rec.distribution)}
+        if rec.group == "d5.hooks":
+            shown.add(rec.name)
+    return selectable, core - selectable, sorted(shown)
+
+
+def selection_warnings(environ: Mapping[str, str], records: Iterable[PluginRecord]) -> list[str]:
+    """One line per name in ``D5_DISABLE_PLUGINS`` / ``D5_LOAD_PLUGINS`` that selects
+    nothing among the installed ``records``: a typo, or (to disable) a part of d5core,
+    which is always on. Each line names the installed plugins.
+
+    A part of d5core in ``D5_LOAD_PLUGINS`` is fine: ``D5_LOAD_PLUGINS=core`` is how
+    one runs d5 with no plugin at all.
+    """
+    selectable, core, shown = _installed(records)
+    installed = ", ".join(shown) or "none"
+    lines = []
+    for var in (DISABLE_VAR, LOAD_VAR):
+        for name in sorted(_names(environ.get(var)) or ()):
+            if name in selectable or (var == LOAD_VAR and name in core):
+                continue
+            why = (
+                "that is part of d5core, which is always on and cannot be turned off"
+                if name in core
+                else "no installed plugin or distribution has that name"
+            )
+            lines.append(f"{var} names {name!r}: {why}; installed plugins: {installed}")
+    return lines

@@ -7,7 +7,9 @@ threshold ``{"min": x}`` (the value must be at least x) and/or ``{"max": x}``.
 
 Two forms: a TOML file with ``[fixed]``, ``[mutable]`` and ``[metrics]`` tables (no code
 runs; preferred), or a Python file defining ``FIXED``, ``MUTABLE`` and ``METRICS`` dicts
-(as in Deep500). Every mistake is a one-line :class:`~d5core.errors.UsageError`, raised
+(as in Deep500). A Python recipe runs in a child process of its own: its code cannot
+change d5 (monkeypatch a class, call ``sys.exit``), only hand back the three sections as
+plain data. Every mistake is a one-line :class:`~d5core.errors.UsageError`, raised
 before any work starts.
 """
 
@@ -16,7 +18,9 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import runpy
+import subprocess
+import sys
+import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -29,6 +33,7 @@ from d5core.errors import UsageError
 __all__ = [
     "CHOICE_KEYS",
     "DEFAULTS",
+    "FRACTION_METRICS",
     "METRIC_NAMES",
     "PROBLEM_KEYS",
     "REQUIRED_KEYS",
@@ -36,6 +41,8 @@ __all__ = [
     "check_thresholds",
     "load_recipe",
     "parse_value",
+    "run_hash",
+    "sections_hash",
 ]
 
 #: Keys that describe the problem: they belong in FIXED and nowhere else.
@@ -97,8 +104,39 @@ METRIC_NAMES: dict[str, str] = {
 _SECTIONS = ("FIXED", "MUTABLE", "METRICS")
 
 
+#: Metrics whose values are fractions: their thresholds must lie in [0, 1].
+FRACTION_METRICS = ("final_test_accuracy", "best_test_accuracy", "training_accuracy")
+
+
 def _canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def sections_hash(
+    fixed: Mapping[str, Any], mutable: Mapping[str, Any], metrics: Mapping[str, Any]
+) -> str:
+    """The sha256 of the canonical JSON of the three sections, a MUTABLE ``seed`` left out.
+
+    A seed the recipe leaves to the competitor is recorded with each run instead, so
+    that repeated runs with different seeds share the hash; a seed frozen in FIXED is
+    part of the problem and of the hash.
+
+    :raises UsageError: when a section holds something other than plain data.
+    """
+    choices = {k: v for k, v in mutable.items() if k != "seed"}
+    try:
+        canonical = _canonical({"FIXED": fixed, "MUTABLE": choices, "METRICS": metrics})
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f"recipe sections must hold plain data only ({exc})") from None
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def run_hash(recipe_hash: str, data: Mapping[str, str | None]) -> str:
+    """The hash stored with a run: its recipe's :func:`sections_hash` (after overrides)
+    combined with the content digest of each data split it read (``{"train": sha256,
+    "test": sha256}``), so that the same recipe on other data gets another hash."""
+    canonical = _canonical({"recipe": recipe_hash, "data": dict(data)})
+    return hashlib.sha256(canonical.encode()).hexdigest()
 
 
 def parse_value(text: str) -> Any:
@@ -117,8 +155,9 @@ def parse_value(text: str) -> Any:
 class Recipe:
     """A loaded, checked recipe.
 
-    ``hash`` is the sha256 of the canonical JSON of the three sections as loaded;
-    :meth:`with_overrides` keeps it and lists the changes in ``overrides``.
+    ``hash`` is the :func:`sections_hash` of the sections as they are: after
+    :meth:`with_overrides`, of the configuration that runs (the changes are listed in
+    ``overrides``, and ``loaded_hash`` keeps the hash of the file as loaded).
     """
 
     name: str
@@ -129,6 +168,8 @@ class Recipe:
     metrics: dict[str, dict[str, float]]
     hash: str
     overrides: dict[str, Any] = field(default_factory=dict)
+    #: The hash of the recipe as loaded, before any override.
+    loaded_hash: str = ""
 
     def settings(self) -> dict[str, Any]:
         """Defaults, then FIXED, then MUTABLE: every setting the run uses."""
@@ -177,7 +218,23 @@ class Recipe:
                 mutable[top] = value
             changes[key] = value
         _check_settings(self.name, {**self.fixed, **mutable})
-        return replace(self, mutable=mutable, overrides=changes)
+        digest = sections_hash(self.fixed, mutable, self.metrics)
+        return replace(self, mutable=mutable, overrides=changes, hash=digest)
+
+    def run_seed(self, seed: int | None) -> int:
+        """The seed a run uses: ``seed`` (``--seed``) when given, else the recipe's.
+
+        :raises UsageError: when ``seed`` differs from a seed frozen in FIXED.
+        """
+        own = int(self.settings()["seed"])
+        if seed is None or seed == own:
+            return own
+        if "seed" in self.fixed:
+            raise UsageError(
+                f"seed is FIXED in recipe {self.name} (seed = {own}); --seed cannot change "
+                "it: drop --seed, or use a recipe that leaves the seed MUTABLE"
+            )
+        return seed
 
 
 def _check_section(name: str, section: str, value: Any) -> dict[str, Any]:
@@ -208,6 +265,12 @@ def _check_settings(name: str, merged: Mapping[str, Any]) -> None:
         number(key, integer=True)
     for key in ("lr", "time_budget", "target_accuracy"):
         number(key)
+    target = merged.get("target_accuracy")
+    if target is not None and target > 1:
+        raise UsageError(
+            f"recipe {name}: target_accuracy is a fraction of the test set in (0, 1], "
+            f"got {target!r}; write 0.9 for 90%"
+        )
     seed = merged.get("seed")
     if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool) or seed < 0):
         raise UsageError(f"recipe {name}: seed must be a non-negative integer, got {seed!r}")
@@ -263,6 +326,11 @@ def _check_metrics(name: str, metrics: Mapping[str, Any]) -> dict[str, dict[str,
                     f"got {value!r}"
                 )
             checked[side] = float(value)
+        if metric in FRACTION_METRICS and any(not 0 <= v <= 1 for v in checked.values()):
+            raise UsageError(
+                f"recipe {name}: {metric} is a fraction in [0, 1], so a threshold "
+                f"{dict(bound)!r} outside it is a mistake; write 0.9 for 90%"
+            )
         if "min" in checked and "max" in checked and checked["min"] > checked["max"]:
             raise UsageError(
                 f"recipe {name}: metric {metric} has min {checked['min']} "
@@ -278,7 +346,12 @@ def _read(path: Path) -> tuple[str, dict[str, Any]]:
         raise UsageError(f"recipe {path} does not exist")
     if path.suffix == ".toml":
         try:
-            data = tomllib.loads(path.read_text(encoding="utf-8"))
+            data = tomllib.loads(path.read_bytes().decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            raise UsageError(
+                f"recipe {path} is not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset "
+                f"{exc.start}); save it as UTF-8, as TOML requires"
+            ) from None
         except tomllib.TOMLDecodeError as exc:
             raise UsageError(
                 f"recipe {path} does not parse: {' '.join(str(exc).split())}"
@@ -295,14 +368,7 @@ def _read(path: Path) -> tuple[str, dict[str, Any]]:
             "METRICS": data.get("metrics"),
         }
     if path.suffix == ".py":
-        try:
-            namespace = runpy.run_path(str(path))
-        except SyntaxError as exc:
-            raise UsageError(
-                f"recipe {path} does not parse: line {exc.lineno}: {exc.msg}"
-            ) from None
-        except Exception as exc:  # a recipe's own code failing is bad input
-            raise UsageError(f"recipe {path} failed to run: {type(exc).__name__}: {exc}") from None
+        namespace = _run_python_recipe(path)
         missing = [s for s in _SECTIONS if s not in namespace]
         if missing:
             raise UsageError(
@@ -311,6 +377,70 @@ def _read(path: Path) -> tuple[str, dict[str, Any]]:
             )
         return "python", {s: namespace[s] for s in _SECTIONS}
     raise UsageError(f"recipe {path}: use a .toml or .py file")
+
+
+#: Runs a Python recipe in a child process and writes what it defined, as JSON, to the
+#: file named by argv[2]: {"sections": {...}} or {"problem": "one line"}.
+_CHILD = """
+import json, runpy, sys
+path, out, paths = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+sys.path[:] = paths
+def done(doc):
+    with open(out, "w", encoding="utf-8") as f:
+        json.dump(doc, f)
+def line(exc):
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+try:
+    ns = runpy.run_path(path)
+except SystemExit as exc:
+    done({"problem": f"called sys.exit({exc.code!r}) while loading; a recipe only "
+          "defines FIXED, MUTABLE and METRICS"})
+except SyntaxError as exc:
+    done({"problem": f"does not parse: line {exc.lineno}: {exc.msg}"})
+except BaseException as exc:
+    done({"problem": f"failed to run: {line(exc)}"})
+else:
+    found = {k: ns[k] for k in ("FIXED", "MUTABLE", "METRICS") if k in ns}
+    try:
+        done({"sections": json.loads(json.dumps(found))})
+    except (TypeError, ValueError) as exc:
+        done({"problem": f"sections must hold plain data only ({exc})"})
+"""
+
+
+def _run_python_recipe(path: Path) -> dict[str, Any]:
+    """The sections a Python recipe defines, from a child process that runs it.
+
+    The recipe's code never runs in d5's process, so it cannot patch d5 (let an
+    override of a FIXED key through, change a hash) or take over its exit code.
+    Anything it prints goes to stderr.
+    """
+    import click
+
+    with tempfile.TemporaryDirectory(prefix="d5-recipe-") as tmp:
+        out = Path(tmp) / "sections.json"
+        paths = json.dumps([p for p in sys.path if p])
+        child = subprocess.run(
+            [sys.executable, "-c", _CHILD, str(path), str(out), paths],
+            capture_output=True,
+            text=True,
+            errors="replace",
+            check=False,
+        )
+        for text in (child.stdout, child.stderr):
+            if text.strip():
+                click.echo(text.rstrip("\n"), err=True)
+        doc = json.loads(out.read_text(encoding="utf-8")) if out.is_file() else None
+    if doc is None:
+        raise UsageError(
+            f"recipe {path} ended its process with exit code {child.returncode} while "
+            "loading; a recipe only defines FIXED, MUTABLE and METRICS"
+        )
+    if "problem" in doc:
+        raise UsageError(f"recipe {path} {doc['problem']}")
+    sections: dict[str, Any] = doc["sections"]
+    return sections
 
 
 def load_recipe(path: str | Path) -> Recipe:
@@ -354,11 +484,10 @@ def load_recipe(path: str | Path) -> Recipe:
     if "time_to_accuracy" in checked and "target_accuracy" not in fixed:
         raise UsageError(f"recipe {name}: time_to_accuracy needs target_accuracy in FIXED")
     try:
-        canonical = _canonical({"FIXED": fixed, "MUTABLE": mutable, "METRICS": metrics})
-    except (TypeError, ValueError) as exc:
-        raise UsageError(f"recipe {name}: sections must hold plain data only ({exc})") from None
-    digest = hashlib.sha256(canonical.encode()).hexdigest()
-    return Recipe(name, str(path), form, fixed, mutable, checked, digest)
+        digest = sections_hash(fixed, mutable, checked)
+    except UsageError as exc:
+        raise UsageError(f"recipe {name}: {exc}") from None
+    return Recipe(name, str(path), form, fixed, mutable, checked, digest, loaded_hash=digest)
 
 
 def check_thresholds(recipe: Recipe, values: Mapping[str, float | None]) -> list[dict[str, Any]]:

@@ -12,6 +12,10 @@ executor.name``, the executor offers ``native_train_step``) and no gradient modi
 set, the trainer takes the *native path* instead: the optimizer is bound to the
 executor's live tensors and each step stays in the framework (no numpy round trip). The
 choice is reported as :attr:`TrainingResult.optimizer_path`.
+
+The run's clock (``run.start``, time to accuracy, wall time, time budget) starts at the
+first touch of data, as MLPerf's does. A caller that loads the data before it can build
+the trainer starts a :class:`RunClock` before loading and hands it over (``clock=``).
 """
 
 from __future__ import annotations
@@ -34,6 +38,8 @@ __all__ = [
     "NATIVE",
     "NUMPY",
     "RUN_START",
+    "Curves",
+    "RunClock",
     "StopConditions",
     "Trainer",
     "TrainingResult",
@@ -129,6 +135,66 @@ class TrainingResult:
     optimizer_path: str = NUMPY
 
 
+@dataclass
+class Curves:
+    """What a run has measured so far, one entry appended per step or test pass.
+
+    The trainer fills it as it goes and hands it to its ``on_progress`` callback, so
+    that a caller can store the samples while the run is still going.
+    """
+
+    losses: list[float] = field(default_factory=list)
+    step_times_s: list[float] = field(default_factory=list)
+    throughput_samples_s: list[float] = field(default_factory=list)
+    test_curve: list[dict[str, Any]] = field(default_factory=list)
+
+
+class RunClock:
+    """The start of a run: metrics attached to the bus, ``run.start`` published.
+
+    Start it just before the first touch of data (``RunClock.start`` before loading
+    the datasets) and give it to the :class:`Trainer` built afterwards: time to
+    accuracy, wall time and the time budget then count from that moment.
+
+    :param bus: the bus of the run (the trainer publishes on it).
+    :param metrics: the metrics measured on it, attached here.
+    """
+
+    def __init__(self, bus: MetricBus, metrics: Iterable[Any]) -> None:
+        self.bus = bus
+        self.metrics = list(metrics)
+        self.t0 = 0.0
+        self.started = False
+
+    @classmethod
+    def start(
+        cls,
+        target_accuracy: float | None = None,
+        *,
+        bus: MetricBus | None = None,
+        metrics: Iterable[Any] | None = None,
+    ) -> RunClock:
+        """Attach ``metrics`` (default :func:`default_metrics`) and publish ``run.start``."""
+        chosen = default_metrics(target_accuracy) if metrics is None else metrics
+        clock = cls(bus if bus is not None else MetricBus(), chosen)
+        clock.begin()
+        return clock
+
+    def begin(self, **payload: Any) -> None:
+        """Attach the metrics, publish ``run.start`` with ``payload`` and take the time."""
+        for metric in self.metrics:
+            metric.attach(self.bus)
+        self.bus.publish(RUN_START, level=_LEVEL, **payload)
+        self.t0, self.started = time.perf_counter(), True
+
+    def stop(self) -> None:
+        """Detach the metrics (a run that ended, or one that never trains)."""
+        if self.started:
+            for metric in self.metrics:
+                metric.detach()
+            self.started = False
+
+
 def default_metrics(target: float | None) -> list[Any]:
     """The training metrics every run measures, loaded from the ``d5.metrics`` group."""
     from d5core.plugins import get_plugin_manager
@@ -202,6 +268,11 @@ class Trainer:
         :func:`native_capable` holds and no ``modifiers`` are set (they work on numpy
         gradients); ``False`` forces the numpy path; ``True`` requires the native path
         (a :class:`UsageError` otherwise).
+    :param clock: a :class:`RunClock` started before the data was loaded; its bus and
+        metrics are the run's (``bus`` and ``metrics`` must then be left out). Without
+        it the clock starts when :meth:`run` begins.
+    :param on_progress: called with the run's :class:`Curves` after every step and
+        every test pass (to store samples as they come).
     """
 
     def __init__(
@@ -226,6 +297,8 @@ class Trainer:
         logits: str | None = None,
         native: bool | None = None,
         agree: Callable[[str | None], str | None] | None = None,
+        clock: RunClock | None = None,
+        on_progress: Callable[[Curves], None] | None = None,
     ) -> None:
         if test_every != "epoch" and not (isinstance(test_every, int) and test_every > 0):
             raise UsageError(
@@ -247,10 +320,18 @@ class Trainer:
         self.transforms = transforms
         self.stop = stop or StopConditions()
         self.seed = seed
-        self.bus = bus if bus is not None else MetricBus()
-        self.metrics = list(
-            default_metrics(self.stop.target_accuracy) if metrics is None else metrics
-        )
+        if clock is not None and (bus is not None or metrics is not None):
+            raise UsageError("a Trainer given a clock takes its bus and metrics from it")
+        self.clock = clock
+        self.on_progress = on_progress
+        self.curves = Curves()
+        if clock is not None:
+            self.bus, self.metrics = clock.bus, clock.metrics
+        else:
+            self.bus = bus if bus is not None else MetricBus()
+            self.metrics = list(
+                default_metrics(self.stop.target_accuracy) if metrics is None else metrics
+            )
         self.eval_batch_size = eval_batch_size
         self.progress = sys.stdout.isatty() if progress is None else progress
         self.logits = logits or _first_output(executor)
@@ -361,20 +442,25 @@ class Trainer:
 
     def run(self) -> TrainingResult:
         """Train until a stopping condition holds or the loss diverges."""
-        for metric in self.metrics:
-            metric.attach(self.bus)
+        clock = self.clock if self.clock is not None else RunClock(self.bus, self.metrics)
+        if not clock.started:  # no clock given, or a second run of this trainer
+            clock.begin(optimizer_path=self.optimizer_path)
         try:
-            return self._run()
+            return self._run(clock.t0)
         finally:
-            for metric in self.metrics:
-                metric.detach()
+            clock.stop()
 
-    def _run(self) -> TrainingResult:
+    def _progress(self) -> None:
+        if self.on_progress is not None:
+            self.on_progress(self.curves)
+
+    def _run(self, t_start: float) -> TrainingResult:
         stop = self.stop
-        losses: list[float] = []
-        times: list[float] = []
-        rates: list[float] = []
-        tests: list[dict[str, Any]] = []
+        self.curves = Curves()
+        losses = self.curves.losses
+        times = self.curves.step_times_s
+        rates = self.curves.throughput_samples_s
+        tests = self.curves.test_curve
         status, reason = COMPLETE, "max_epochs"
         best: float | None = None
         since_best = 0
@@ -382,13 +468,12 @@ class Trainer:
         diverged_at: dict[str, int] | None = None
         step = samples = epochs_done = 0
         bar = _ProgressBar(self.progress, stop.max_epochs)
-        self.bus.publish(RUN_START, level=_LEVEL, optimizer_path=self.optimizer_path)
-        t_start = time.perf_counter()
 
         def test(epoch: int) -> str | None:
             nonlocal best, since_best, reached_at
             result = self.evaluate(step, epoch)
             tests.append(result)
+            self._progress()
             acc = float(result["accuracy"])
             bar.note(acc)
             if best is None or acc > best:
@@ -416,6 +501,7 @@ class Trainer:
                         losses.append(loss)
                         times.append(seconds)
                         rates.append(n / seconds if seconds > 0 else math.inf)
+                        self._progress()
                         bar.advance(epoch, step, loss)
                         if not math.isfinite(loss):
                             ended = "diverged"

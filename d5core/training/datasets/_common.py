@@ -9,8 +9,18 @@ from pathlib import Path
 
 from d5core.errors import UsageError
 
-__all__ = ["SPLITS", "check_split", "data_root", "split_index", "verify_sha256"]
+__all__ = [
+    "DATA_DIR_VAR",
+    "SPLITS",
+    "check_split",
+    "data_root",
+    "file_sha256",
+    "split_index",
+    "verify_sha256",
+]
 
+#: The variable naming the folder that holds one sub-folder per file-based dataset.
+DATA_DIR_VAR = "D5_DATA_DIR"
 #: The splits every built-in dataset offers.
 SPLITS: tuple[str, ...] = ("train", "test")
 
@@ -37,7 +47,7 @@ def data_root(dataset: str, root: str | os.PathLike[str] | None) -> Path:
     """
     if root is not None:
         return Path(root).expanduser()
-    base = os.environ.get("D5_DATA_DIR")
+    base = os.environ.get(DATA_DIR_VAR)
     if base:
         return Path(base).expanduser() / dataset
     return Path.home() / ".cache" / "d5" / "datasets" / dataset
@@ -47,13 +57,19 @@ def verify_sha256(path: Path, checksums: Mapping[str, str] | None) -> None:
     """Check ``path`` against ``checksums[path.name]`` when such an entry exists."""
     if not checksums or path.name not in checksums:
         return
+    digest = file_sha256(path)
+    expected = checksums[path.name].lower()
+    if digest != expected:
+        raise UsageError(
+            f"{path} has SHA-256 {digest}, expected {expected}; "
+            f"the file is corrupt or not the official one: download it again"
+        )
+
+
+def file_sha256(path: Path) -> str:
+    """The SHA-256 hex digest of the file at ``path``, read in 1 MiB blocks."""
     digest = hashlib.sha256()
     with path.open("rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
-    expected = checksums[path.name].lower()
-    if digest.hexdigest() != expected:
-        raise UsageError(
-            f"{path} has SHA-256 {digest.hexdigest()}, expected {expected}; "
-            f"the file is corrupt or not the official one: download it again"
-        )
+    return digest.hexdigest()

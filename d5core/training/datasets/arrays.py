@@ -33,6 +33,8 @@ class ArrayDataset(Dataset):
     :param input_shape: the shape each example is reshaped to (same size as a row of
         ``x``); the row's own shape by default.
     :param scale: a factor applied to inputs (e.g. ``1/255`` for bytes).
+    :param files: the files the arrays were read from, if any: their digest is the
+        dataset's (see :func:`d5core.training.datasets.data_manifest`).
     """
 
     def __init__(
@@ -44,10 +46,12 @@ class ArrayDataset(Dataset):
         num_classes: int | None = None,
         input_shape: Sequence[int] | None = None,
         scale: float | None = None,
+        files: Sequence[str | os.PathLike[str]] = (),
     ) -> None:
         if len(x) != len(y):
             raise UsageError(f"dataset {name!r}: x has {len(x)} rows but y has {len(y)}")
         self.x, self.y, self.name, self.scale = x, y, name, scale
+        self.files: tuple[Path, ...] = tuple(Path(f) for f in files)
         row_shape = tuple(int(d) for d in x.shape[1:])
         self.input_shape = tuple(int(d) for d in input_shape) if input_shape else row_shape
         if int(np.prod(self.input_shape)) != int(np.prod(row_shape)):
@@ -160,4 +164,6 @@ def load_npz(
                 x, y = data[x_key], data[y_key]
         except (OSError, ValueError, zipfile.BadZipFile) as exc:
             raise UsageError(f"{file} is not a readable .npz file: {exc}") from exc
-    return ArrayDataset(x, y, name=f"{display_name}/{split}", num_classes=num_classes)
+    return ArrayDataset(
+        x, y, name=f"{display_name}/{split}", num_classes=num_classes, files=(file,)
+    )

@@ -52,6 +52,7 @@ def _load(
 ) -> ArrayDataset:
     folder = data_root(dataset, root)
     parts = []
+    paths = [folder / name for name in files]
     for name in files:
         path = folder / name
         if not path.is_file():
@@ -75,6 +76,7 @@ def _load(
         num_classes=num_classes,
         input_shape=(3, 32, 32),
         scale=1 / 255,
+        files=paths,
     )
 
 

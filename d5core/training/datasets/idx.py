@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import gzip
+import math
 import os
+import zlib
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -42,7 +44,32 @@ def read_idx(path: Path, *, mmap: bool = False) -> np.ndarray:
     """Read an IDX file (``.gz`` decompressed in memory), checking magic and sizes.
 
     :param mmap: memory-map a plain (not gzipped) file instead of reading it.
+    :raises UsageError: one short line for a file that is not IDX, truncated or corrupt
+        (a damaged ``.gz`` included).
     """
+    try:
+        return _read_idx(path, mmap=mmap)
+    except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
+        raise UsageError(
+            f"{path} is truncated or corrupt ({_one_line(exc)}); download it again"
+        ) from None
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {_one_line(exc)}") from None
+
+
+def _one_line(exc: BaseException, limit: int = 80) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _shape_text(shape: tuple[int, ...]) -> str:
+    """A shape in a few characters, however many dimensions a damaged header lists."""
+    if len(shape) <= 4:
+        return str(shape)
+    return f"({shape[0]}, {shape[1]}, ... {len(shape)} dimensions)"
+
+
+def _read_idx(path: Path, *, mmap: bool) -> np.ndarray:
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "rb") as f:
         head = f.read(4)
@@ -57,21 +84,29 @@ def read_idx(path: Path, *, mmap: bool = False) -> np.ndarray:
             raise UsageError(f"{path} is truncated: its header lists {ndim} dimensions")
         shape = tuple(int(d) for d in np.frombuffer(dims_raw, dtype=">u4"))
         offset = 4 + 4 * ndim
-        expected = int(np.prod(shape)) * dtype.itemsize
-        data: np.ndarray
+        expected = math.prod(shape) * dtype.itemsize
         if mmap and opener is open:
             size = path.stat().st_size - offset
-            data = np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=shape)
-        else:
-            raw = f.read()
-            size = len(raw)
-            data = np.frombuffer(raw, dtype=dtype)
+            _check_size(path, shape, size, expected)
+            return np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=shape)
+        raw = f.read()
+    _check_size(path, shape, len(raw), expected)
+    return np.frombuffer(raw, dtype=dtype).reshape(shape)
+
+
+def _count_text(n: int) -> str:
+    """A byte count in at most a few characters (a damaged header can ask for 10^2000)."""
+    if n < 10**15:
+        return str(n)
+    return f"about 2^{n.bit_length() - 1}"
+
+
+def _check_size(path: Path, shape: tuple[int, ...], size: int, expected: int) -> None:
     if size != expected:
         raise UsageError(
-            f"{path} holds {size} data bytes but its header {shape} needs {expected}; "
-            f"the file is truncated or corrupt"
+            f"{path} is truncated or corrupt: its header {_shape_text(shape)} needs "
+            f"{_count_text(expected)} data bytes, it holds {size}"
         )
-    return data.reshape(shape)
 
 
 def find_idx_file(root: Path, filename: str, dataset: str) -> Path:
@@ -118,6 +153,7 @@ def _load(
         num_classes=10,
         input_shape=(h * w,) if flatten else (1, h, w),
         scale=1 / 255,
+        files=(image_path, label_path),
     )
 
 
