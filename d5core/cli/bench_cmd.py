@@ -92,7 +92,13 @@ def _fmt_time(seconds: float) -> str:
     show_default=True,
 )
 @click.option("--dtype", default="float32", show_default=True)
-@click.option("--seed", default=0, show_default=True, help="Seed of the generated inputs.")
+@click.option(
+    "--seed",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Seed of the generated inputs.",
+)
 @sampling_options(time_budget=5.0)
 @json_option
 @db_option
@@ -247,7 +253,13 @@ def _store_op_timing(store: Any, run_id: str, timing: Any) -> None:
     show_default=True,
 )
 @click.option("--breakdown", is_flag=True, help="Also time every node (a separate run).")
-@click.option("--seed", default=0, show_default=True, help="Seed of the generated feeds.")
+@click.option(
+    "--seed",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Seed of the generated feeds.",
+)
 @sampling_options(time_budget=10.0)
 @json_option
 @db_option

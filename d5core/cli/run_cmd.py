@@ -251,29 +251,32 @@ def _echo_run(run_id: str, result: Any, values: dict[str, float | None],
 
 
 def repeat_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Time to accuracy over repeated runs as MLPerf reports it: the olympic mean (best
-    and worst dropped, from 3 runs on) beside the median and its interval; a run that
-    never reached the target counts as infinitely slow."""
-    from d5core.measure.stats import summarize
+    """Time to accuracy over repeated runs as MLPerf reports it: every run counts, one
+    that never reached the target as infinitely slow; the olympic mean (best and worst
+    dropped, from 3 runs on) beside the median and its interval. A figure that falls on
+    a run that did not reach the target is ``None`` ("not reached")."""
+    from d5core.results.summaries import range_of, time_to_accuracy_summary
+
+    def finite(value: float | None) -> float | None:
+        return value if value is not None and math.isfinite(value) else None
 
     ttas = [r["metrics"]["time_to_accuracy"] for r in rows]
-    reached = sorted(float(t) for t in ttas if isinstance(t, int | float))
-    ordered = reached + [math.inf] * (len(ttas) - len(reached))
-    kept = ordered[1:-1] if len(ordered) >= 3 else ordered
-    olympic = sum(kept) / len(kept) if kept and all(math.isfinite(t) for t in kept) else None
+    tta = time_to_accuracy_summary([t if isinstance(t, int | float) else None for t in ttas])
     summary: dict[str, Any] = {
         "runs": len(rows),
-        "reached_target": len(reached),
-        "time_to_accuracy_olympic_mean": olympic,
+        "reached_target": tta["reached"],
+        "time_to_accuracy_olympic_mean": tta["olympic_mean"],
+        "time_to_accuracy": {k: finite(tta[k]) for k in ("median", "ci_low", "ci_high")},
     }
-    if len(reached) == len(ttas) and reached:
-        s = summarize(reached)
-        summary["time_to_accuracy"] = {"median": s.median, "ci_low": s.ci_low, "ci_high": s.ci_high}
-    accs = [float(r["metrics"]["final_test_accuracy"]) for r in rows
-            if isinstance(r["metrics"]["final_test_accuracy"], int | float)]  # fmt: skip
+    accs = [
+        float(a)
+        for a in (r["metrics"]["final_test_accuracy"] for r in rows)
+        if isinstance(a, int | float)
+    ]
     if accs:
-        summary["final_test_accuracy"] = {"median": float(sorted(accs)[len(accs) // 2]),
-                                          "min": min(accs), "max": max(accs)}  # fmt: skip
+        summary["final_test_accuracy"] = {
+            k: v for k, v in range_of(accs).items() if k in ("median", "min", "max")
+        }
     return summary
 
 

@@ -47,7 +47,13 @@ def _tolerances(rtol: float | None, atol: float | None, dtype: str) -> Any:
 @click.option("--shape", "shape", default=None, help="Input shapes, e.g. 4x3,3x5.")
 @click.option("--attr", "attrs", multiple=True, metavar="KEY=VALUE", help="Operator attribute.")
 @click.option("--dtype", default="float32", show_default=True, help="Element type.")
-@click.option("--seed", default=0, show_default=True, help="Seed of the generated inputs.")
+@click.option(
+    "--seed",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Seed of the generated inputs.",
+)
 @click.option("--rtol", type=float, default=None, help="Override the dtype's relative tolerance.")
 @click.option("--atol", type=float, default=None, help="Override the dtype's absolute tolerance.")
 @json_option
@@ -146,7 +152,13 @@ def _print_report(result: Any) -> None:
 @click.argument("model")
 @click.option("--executor", required=True, help="Executor to check (e.g. torch, onnxruntime).")
 @click.option("--batch", default=2, show_default=True, help="Batch size of the generated feeds.")
-@click.option("--seed", default=0, show_default=True, help="Seed of the generated feeds.")
+@click.option(
+    "--seed",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Seed of the generated feeds.",
+)
 @click.option("--rtol", type=float, default=None, help="Override the relative tolerance.")
 @click.option("--atol", type=float, default=None, help="Override the absolute tolerance.")
 @json_option

@@ -191,3 +191,28 @@ def test_time_to_accuracy_summary_counts_missed_targets_as_infinitely_slow():
     assert summary["olympic_mean"] is None  # one missed target is kept after dropping
     assert median_interval([2.0, 3.0, 4.0, 5.0, 6.0, math.inf, math.inf]) == (2.0, math.inf)
     assert olympic_mean([1.0, 2.0, 4.0, math.inf]) == 3.0
+
+
+def _rows(ttas, accs):
+    return [
+        {"metrics": {"time_to_accuracy": t, "final_test_accuracy": a}}
+        for t, a in zip(ttas, accs, strict=True)
+    ]
+
+
+def test_repeat_summary_takes_the_true_median_of_an_even_count():
+    from d5core.cli.run_cmd import repeat_summary
+
+    summary = repeat_summary(_rows([4.0, 1.0, 3.0, 2.0], [0.90, 0.80, 0.96, 0.94]))
+    assert summary["time_to_accuracy"]["median"] == 2.5
+    assert summary["final_test_accuracy"] == {"median": pytest.approx(0.92), "min": 0.80, "max": 0.96}
+
+
+def test_repeat_summary_counts_runs_that_missed_the_target_as_infinitely_slow():
+    from d5core.cli.run_cmd import repeat_summary
+
+    summary = repeat_summary(_rows([1.0, None, 3.0], [0.95, 0.5, 0.95]))
+    assert summary["reached_target"] == 2
+    assert summary["time_to_accuracy"]["median"] == 3.0  # the middle of 1, 3, not reached
+    assert summary["time_to_accuracy"]["ci_high"] is None  # falls on the run that missed
+    assert summary["time_to_accuracy_olympic_mean"] == 3.0

@@ -150,3 +150,19 @@ def test_validate_op_refuses_an_empty_shape_instead_of_using_the_default(d5_cli)
         "d5: error: --shape is empty; give the input shapes (for example --shape 4x3,3x5) "
         "or leave out --shape"
     ]
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["validate", "op", "Relu", "--backend", "numpy"],
+        ["validate", "net", "mlp", "--executor", "numpy"],
+        ["bench", "op", "Relu", "--backends", "numpy"],
+        ["bench", "net", "mlp", "--executors", "numpy"],
+    ],
+)
+def test_a_negative_seed_is_refused_in_one_line(d5_cli, command):
+    result = d5_cli(*command, "--seed", "-1")
+    assert result.exit_code == 2
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert "--seed" in result.stderr and "-1" in result.stderr
