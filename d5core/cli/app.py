@@ -47,6 +47,7 @@ CORE_COMMANDS: dict[str, str] = {
     "results": "d5core.cli.results_cmd:results",
     "conformance": "d5core.cli.conformance_cmd:conformance",
     "run": "d5core.cli.run_cmd:run",
+    "calibrate": "d5core.cli.calibrate_cmd:calibrate",
 }
 
 

@@ -1,0 +1,100 @@
+"""The worker process of :mod:`d5core.measure.invocations` (``python -m d5core.measure._worker``).
+
+It reads one JSON document from standard input: the protocol version, the jobs in the
+order to run them (each with its builder ``target``, ``args``, ``name`` and ``index``),
+the engine's options and the CPUs to pin to (or ``null``). It pins itself first, before
+any library starts threads, then writes JSON lines on standard output:
+
+- ``{"event": "start", "pid": ..., "cpus": [...]}`` once;
+- ``{"event": "result", "index": i, "position": p, "measurement": {...}}`` per job, or
+  with ``"error": "one line"`` instead of ``"measurement"`` when the job failed;
+- ``{"event": "done"}`` at the end.
+
+Whatever the jobs print, to Python's ``sys.stdout`` or to file descriptor 1 from C, goes
+to standard error: standard output carries the protocol only.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import sys
+from typing import IO, Any
+
+#: Must equal :data:`d5core.measure.invocations.PROTOCOL_VERSION` (not imported: the
+#: worker reads its request before importing anything heavy).
+_PROTOCOL_VERSION = 1
+
+
+def _pin(cpus: list[int] | None) -> list[int] | None:
+    if cpus:
+        os.sched_setaffinity(0, cpus)
+    getter = getattr(os, "sched_getaffinity", None)
+    return None if getter is None else sorted(getter(0))
+
+
+def _protocol_stream() -> IO[str]:
+    """A private copy of standard output; fd 1 and ``sys.stdout`` then go to stderr."""
+    sys.stdout.flush()
+    stream = os.fdopen(os.dup(1), "w", encoding="utf-8")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    return stream
+
+
+def _emit(stream: IO[str], event: dict[str, Any]) -> None:
+    stream.write(json.dumps(event) + "\n")
+    stream.flush()
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _run_job(job: dict[str, Any], options: Any) -> dict[str, Any]:
+    from d5core.measure.engine import measure
+    from d5core.measure.invocations import build_job
+
+    prepared = build_job(str(job["target"]), job.get("args") or {})
+    m = measure(
+        prepared.fn,
+        options,
+        name=str(job.get("name", "")),
+        setup=prepared.setup,
+        synchronize=prepared.synchronize,
+    )
+    return m.to_json()
+
+
+def main() -> int:
+    """Run the jobs read from standard input; see the module docstring."""
+    request = json.load(sys.stdin)
+    if request.get("version") != _PROTOCOL_VERSION:
+        sys.stderr.write(
+            f"worker protocol {request.get('version')!r} is not {_PROTOCOL_VERSION}: the parent "
+            "and the worker come from different d5 installations\n"
+        )
+        return 2
+    cpus = _pin(request.get("cpus"))
+    out = _protocol_stream()
+    _emit(out, {"event": "start", "pid": os.getpid(), "cpus": cpus})
+
+    from d5core.measure.engine import MeasureOptions
+
+    options = MeasureOptions(**request.get("options", {}))
+    for position, job in enumerate(request["jobs"]):
+        event: dict[str, Any] = {"event": "result", "index": job["index"], "position": position}
+        try:
+            event["measurement"] = _run_job(job, options)
+        except Exception as exc:
+            event["error"] = _one_line(exc)
+        _emit(out, event)
+        gc.collect()  # free the job's inputs before the next job is built
+    _emit(out, {"event": "done"})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
