@@ -165,6 +165,15 @@ MIGRATIONS: tuple[Migration, ...] = (
             "CREATE INDEX runs_by_status ON runs (status)",
         ),
     ),
+    Migration(
+        4,
+        "which worker process took each sample",
+        (
+            # The round (0, 1, ...) of the fresh worker process that took the sample, the
+            # unit of independence; NULL where one process took them all or it is unknown.
+            "ALTER TABLE samples ADD COLUMN process INTEGER",
+        ),
+    ),
 )
 
 

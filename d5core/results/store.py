@@ -253,6 +253,21 @@ def _summary_json(summary: Summary | Mapping[str, Any] | None) -> dict[str, Any]
     return data
 
 
+def _process_column(
+    processes: Sequence[int] | None, n: int, what: str
+) -> list[int | None]:
+    """The ``process`` column for ``n`` samples: one non-negative integer each, or none."""
+    if processes is None:
+        return [None] * n
+    owners = list(processes)
+    if len(owners) != n or not all(isinstance(p, int) and p >= 0 for p in owners):
+        raise UsageError(
+            f"measurement {what}: processes must give one non-negative integer per sample "
+            f"({n}), got {len(owners)}"
+        )
+    return [int(p) for p in owners]
+
+
 def _summarize(values: Sequence[float]) -> dict[str, Any] | None:
     from d5core.measure.stats import summarize
 
@@ -584,6 +599,7 @@ class ResultsStore:
         unit: str = "s",
         summary: Summary | Mapping[str, Any] | None = None,
         better: str | None = None,
+        processes: Sequence[int] | None = None,
     ) -> int:
         """Store a measurement with all its raw samples, in one transaction.
 
@@ -600,6 +616,8 @@ class ResultsStore:
         :param better: ``"lower"`` or ``"higher"``: which direction is better; by default
             the one :func:`d5core.metrics.directions.better_of` knows for ``metric`` and
             ``unit`` (``None`` when it knows none).
+        :param processes: for each sample, the worker process (its round, from 0) that
+            took it; by default none is recorded (one process took them all).
         :return: the measurement's id.
         """
         direction = check_better(better, f"measurement {metric!r}") or better_of(metric, unit)
@@ -628,6 +646,7 @@ class ResultsStore:
                 ) from exc
         if not values:
             raise UsageError(f"measurement {metric!r} of run {run_id} has no samples")
+        owners = _process_column(processes, len(values), metric)
         summary_data = _summary_json(summary) if summary is not None else _summarize(values)
         labels_json = _dumps(dict(labels or {}))
         summary_text = None if summary_data is None else _dumps(summary_data, canonical=False)
@@ -657,8 +676,11 @@ class ResultsStore:
             mid = cur.lastrowid
             assert mid is not None
             conn.executemany(
-                "INSERT INTO samples (measurement_id, idx, value) VALUES (?, ?, ?)",
-                ((mid, i, _float_or_none(v)) for i, v in enumerate(values)),
+                "INSERT INTO samples (measurement_id, idx, value, process) VALUES (?, ?, ?, ?)",
+                (
+                    (mid, i, _float_or_none(v), owner)
+                    for i, (v, owner) in enumerate(zip(values, owners, strict=True))
+                ),
             )
             return mid
 
@@ -943,6 +965,19 @@ class ResultsStore:
         )
         return [math.nan if v is None else float(v) for (v,) in rows]
 
+    def samples_by_process(self, measurement_id: int) -> dict[int | None, list[float]]:
+        """The raw samples of a measurement grouped by the worker process that took them,
+        in process order (``None``: not recorded, one process took them all)."""
+        rows = self._conn.execute(
+            "SELECT process, value FROM samples WHERE measurement_id = ? ORDER BY idx",
+            (int(measurement_id),),
+        )
+        groups: dict[int | None, list[float]] = {}
+        for process, v in rows:
+            key = None if process is None else int(process)
+            groups.setdefault(key, []).append(math.nan if v is None else float(v))
+        return dict(sorted(groups.items(), key=lambda kv: -1 if kv[0] is None else kv[0]))
+
     def metrics(self, run_id: str) -> list[MetricRecord]:
         """The scalar metrics of a run, in the order they were stored."""
         run = self.get_run(run_id)
@@ -1016,15 +1051,21 @@ class ResultsStore:
         samples: Mapping[int, Sequence[float]],
         *,
         summaries: Mapping[int, Summary | Mapping[str, Any] | None] | None = None,
+        processes: Mapping[int, Sequence[int]] | None = None,
     ) -> None:
         """Append samples to measurements of a ``running`` run, all in one transaction.
 
         For a run stored while it goes: each measurement (an id from
         :meth:`add_measurement` of ``run_id``) gets ``samples[id]`` after the ones it
         has; its ``n`` follows, and its summary becomes ``summaries[id]`` when given,
-        else one of all its samples.
+        else one of all its samples. ``processes[id]``, when given, names the worker
+        process of each appended sample (see :meth:`add_measurement`).
         """
         given = dict(summaries or {})
+        owners = {
+            int(mid): _process_column((processes or {}).get(mid), len(values), f"#{mid}")
+            for mid, values in samples.items()
+        }
 
         def write(conn: sqlite3.Connection) -> None:
             self._require_running(conn, run_id)
@@ -1036,8 +1077,12 @@ class ResultsStore:
                     raise UsageError(f"run {run_id} has no measurement {mid}")
                 start = int(row[0])
                 conn.executemany(
-                    "INSERT INTO samples (measurement_id, idx, value) VALUES (?, ?, ?)",
-                    ((int(mid), start + i, _float_or_none(v)) for i, v in enumerate(values)),
+                    "INSERT INTO samples (measurement_id, idx, value, process) "
+                    "VALUES (?, ?, ?, ?)",
+                    (
+                        (int(mid), start + i, _float_or_none(v), owner)
+                        for i, (v, owner) in enumerate(zip(values, owners[int(mid)], strict=True))
+                    ),
                 )
                 if mid in given:
                     summary = _summary_json(given[mid])

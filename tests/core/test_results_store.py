@@ -532,6 +532,7 @@ def test_a_version_1_database_gains_interrupted_without_losing_measurements(db, 
     conn.execute("DROP TABLE runs_now")
     conn.execute("ALTER TABLE measurements DROP COLUMN better")
     conn.execute("ALTER TABLE run_metrics DROP COLUMN better")
+    conn.execute("ALTER TABLE samples DROP COLUMN process")
     conn.execute("PRAGMA user_version = 1")
     conn.execute("COMMIT")
     with pytest.raises(sqlite3.IntegrityError):
@@ -548,3 +549,15 @@ def test_a_version_1_database_gains_interrupted_without_losing_measurements(db, 
     assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
     assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+
+def test_samples_keep_the_worker_process_that_took_them(store):
+    with store.run("op", "gemm") as run_id:
+        mid = store.add_measurement(run_id, "time", [1.0, 2.0, 3.0], processes=[0, 0, 1])
+        store.append_samples(run_id, {mid: [4.0, 5.0]}, processes={mid: [2, 1]})
+        plain = store.add_measurement(run_id, "time", [7.0, 8.0], labels={"b": 1})
+        with pytest.raises(UsageError, match="one non-negative integer per sample"):
+            store.add_measurement(run_id, "time", [1.0, 2.0], processes=[0])
+    assert store.samples(mid) == [1.0, 2.0, 3.0, 4.0, 5.0]
+    assert store.samples_by_process(mid) == {0: [1.0, 2.0], 1: [3.0, 5.0], 2: [4.0]}
+    assert store.samples_by_process(plain) == {None: [7.0, 8.0]}
