@@ -27,10 +27,9 @@ DEMO_DB ?= $(CURDIR)/results/demo.sqlite
 demo: dev ## the main job: the digits recipe on the reference and torch executors, side by side
 	$(BIN)/d5 list-plugins --check
 	$(BIN)/d5 validate op Conv --backend torch --db $(DEMO_DB)
-	$(BIN)/d5 bench op Gemm --backends numpy,torch --suite cpu-small --time-budget 1 \
-	    --db $(DEMO_DB)
+	$(BIN)/d5 bench op Gemm --backends numpy,torch --suite cpu-small --db $(DEMO_DB)
 	$(BIN)/d5 bench net lenet5 --executors numpy,torch,onnxruntime --batch 32 \
-	    --time-budget 2 --db $(DEMO_DB)
+	    --processes 3 --db $(DEMO_DB)
 	$(BIN)/d5 run recipes/digits-mlp.toml --set executor=numpy --repeat 6 --db $(DEMO_DB)
 	$(BIN)/d5 run recipes/digits-mlp.toml --set executor=torch --repeat 6 --db $(DEMO_DB)
 	$(BIN)/d5 results table --last 12 --kind train --by executor --db $(DEMO_DB)

@@ -1,8 +1,16 @@
-"""``d5 bench``: measure implementations side by side through the measurement engine."""
+"""``d5 bench``: measure implementations side by side through the measurement engine.
+
+Every (backend, problem, direction) of ``d5 bench op`` and every executor of ``d5 bench
+net`` is measured in several fresh worker processes, one per round, in an order drawn
+anew for each round (:func:`d5core.measure.invocations.run_invocations`); the headline
+is the median of the process medians with its between-process interval
+(``docs/measurement.md``, "Between runs").
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -12,13 +20,21 @@ from rich.table import Table
 from d5core.cli._parse import parse_attributes, parse_list
 from d5core.cli.options import db_option, json_option
 from d5core.cli.output import console, print_json
-from d5core.errors import UsageError
+from d5core.errors import CheckFailed, UsageError
 
 if TYPE_CHECKING:
+    from d5core.measure.fitness import MachineState
+    from d5core.measure.invocations import Invocations, Job, RoundRecord
+    from d5core.measure.noise import NoiseFloor
+    from d5core.runners.jobs import Gathered
     from d5core.workloads.problems import Problem
 
-__all__ = ["bench", "measure_options"]
+__all__ = ["DEFAULT_PROCESSES", "bench", "measure_options"]
 
+#: Worker processes per (backend, problem) by default: the between-process interval
+#: needs at least 3 (``MIN_PROCESSES``), and 5 keeps the cpu-small GEMM suite on two
+#: backends under a minute on a 2-core machine (docs/measurement.md, "How many processes").
+DEFAULT_PROCESSES = 5
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -35,10 +51,14 @@ def sampling_options(*, time_budget: float) -> Callable[[_F], _F]:
                     "--time-budget",
                     default=time_budget,
                     show_default=True,
-                    help="Seconds per measurement.",
+                    help="Seconds per measurement, in each process.",
                 ),
                 click.option(
-                    "--rel-ci", default=0.01, show_default=True, help="Stop at CI within ± this."
+                    "--rel-ci",
+                    default=0.01,
+                    show_default=True,
+                    help="Stop adding processes once every between-process CI is within ± "
+                    "this (after 3); each process also stops sampling at a CI this narrow.",
                 ),
                 click.option("--warmup", default=3, show_default=True, help="Untimed runs first."),
             ]
@@ -47,6 +67,24 @@ def sampling_options(*, time_budget: float) -> Callable[[_F], _F]:
         return fn
 
     return decorate
+
+
+def process_options(fn: _F) -> _F:
+    """``--processes`` and ``--cpus``: how many fresh worker processes, and where."""
+    fn = click.option(
+        "--cpus",
+        default=None,
+        metavar="LIST",
+        help="Pin the worker processes to these CPUs, e.g. 0 or 0,2-3 (recorded).",
+    )(fn)
+    return click.option(
+        "--processes",
+        type=click.IntRange(min=1),
+        default=DEFAULT_PROCESSES,
+        show_default=True,
+        help="Fresh worker processes, each measuring everything once in a random order; "
+        "1 leaves the between-run variance unknown.",
+    )(fn)
 
 
 @click.group("bench")
@@ -79,6 +117,174 @@ def _fmt_time(seconds: float) -> str:
     return f"{seconds / 1e-9:.3g} ns"
 
 
+def _fmt_ci(low: float | None, high: float | None, fmt: Callable[[float], str]) -> str:
+    if low is None or high is None:
+        return "-"
+    return f"[{fmt(low)}, {fmt(high)}]"
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{100.0 * value:.0f}%"
+
+
+# -- measuring in worker processes -----------------------------------------------------------
+
+
+@dataclass
+class _Watch:
+    """Snapshots of the machine before the first process and after each one, and the
+    progress line of each process."""
+
+    cores: int | None
+    total: int
+    quiet: bool
+    states: list[MachineState] = field(default_factory=list)
+
+    def start(self) -> None:
+        from d5core.measure.fitness import snapshot
+
+        self.states = [snapshot()]
+
+    def on_process(self, record: RoundRecord) -> None:
+        from d5core.measure.fitness import snapshot
+
+        self.states.append(snapshot())
+        if not self.quiet:
+            failed = f", {len(record.failures)} failed" if record.failures else ""
+            click.echo(
+                f"d5: process {record.index + 1} of at most {self.total} done in "
+                f"{record.elapsed_s:.1f} s ({len(record.runs)} measured{failed})",
+                err=True,
+            )
+
+    def warnings(self) -> list[str]:
+        """What made the machine unfit over the whole run; when nothing did on the
+        whole, what did during single processes (a burst of load)."""
+        from d5core.measure.fitness import assess
+
+        if len(self.states) < 2:
+            return []
+        overall = assess(self.states[0], self.states[-1], self.cores)
+        if overall:
+            return overall
+        found: list[str] = []
+        for i, (before, after) in enumerate(zip(self.states[:-1], self.states[1:], strict=True)):
+            found += [f"process {i + 1}: {w}" for w in assess(before, after, self.cores)]
+        return found
+
+    def to_json(self, warnings: Sequence[str]) -> dict[str, Any]:
+        return {
+            "warnings": list(warnings),
+            "before": self.states[0].to_json() if self.states else None,
+            "after": self.states[-1].to_json() if self.states else None,
+        }
+
+
+def _noise_floor(store: Any, cpus: list[int] | None) -> NoiseFloor | None:
+    """This machine's noise floor (a brief calibration the first time); ``None`` with a
+    warning when the calibration failed."""
+    from d5core.measure.noise import ensure_noise_floor
+
+    def status(line: str) -> None:
+        click.echo(f"d5: {line}", err=True)
+
+    try:
+        return ensure_noise_floor(store, cpus=cpus, on_status=status)
+    except CheckFailed as exc:
+        click.echo(f"d5: warning: no noise floor for this machine: {exc}", err=True)
+        return None
+
+
+def _describe_floor(floor: NoiseFloor | None) -> str:
+    if floor is None:
+        return "noise floor: unknown (run 'd5 calibrate')"
+    if floor.source != "calibration":
+        return f"noise floor: {100 * floor.machine_floor:.1f}% (set by {floor.source})"
+    return (
+        f"noise floor: {100 * floor.machine_floor:.1f}% (calibration run {floor.run_id}, "
+        f"{floor.age_days:.1f} days old)"
+    )
+
+
+def _measure(
+    jobs: Sequence[Job],
+    *,
+    store: Any,
+    run_id: str,
+    processes: int,
+    options: Any,
+    seed: int,
+    cpus: list[int] | None,
+    quiet: bool,
+) -> Invocations:
+    """Run ``jobs`` in fresh worker processes; warn of an unfit machine and record the
+    rounds, their orders and the warnings in the run's config."""
+    from d5core.measure.invocations import run_invocations
+    from d5core.measure.nested import MIN_PROCESSES
+
+    watch = _Watch(len(cpus) if cpus else None, processes, quiet)
+    watch.start()
+    outcome = run_invocations(
+        jobs,
+        processes=processes,
+        options=options,
+        seed=seed,
+        min_processes=MIN_PROCESSES,
+        rel_ci=options.rel_ci,
+        cpus=cpus,
+        on_process=watch.on_process,
+    )
+    warnings = watch.warnings()
+    for warning in warnings:
+        click.echo(f"d5: warning: {warning}", err=True)
+    store.update_config(
+        run_id,
+        {
+            "invocations": {
+                "jobs": [job.label for job in jobs],
+                "order_seed": outcome.seed,
+                "rounds": [r.to_json() for r in outcome.rounds],
+                "processes": len(outcome.rounds),
+                "stopped_by": outcome.stopped_by,
+                "cpus": outcome.cpus,
+                "elapsed_s": outcome.elapsed_s,
+            },
+            "fitness": watch.to_json(warnings),
+        },
+    )
+    return outcome
+
+
+def _raise_failures(outcome: Invocations) -> None:
+    """Refuse the run when a job failed in its worker, naming the first failure."""
+    failed = [r for r in outcome.jobs if r.error is not None]
+    if not failed:
+        return
+    first = failed[0]
+    error = first.error or ""
+    what = f"{len(failed)} of {len(outcome.jobs)} measurements failed; {first.job.label}"
+    usage = "UsageError: "
+    if all((r.error or "").startswith(usage) for r in failed):
+        raise UsageError(f"{what}: {error[len(usage) :]}")
+    raise CheckFailed(f"{what}: {error}")
+
+
+def _note(gathered: Gathered, close: Sequence[str], unstable: bool) -> str:
+    from d5core.measure.nested import BETWEEN_UNKNOWN
+
+    notes = []
+    if not gathered.between_known:
+        notes.append(BETWEEN_UNKNOWN)
+    if close:
+        notes.append(f"within noise of {', '.join(close)}")
+    if unstable:
+        notes.append("!")
+    return "; ".join(notes)
+
+
+# -- d5 bench op -----------------------------------------------------------------------------
+
+
 @bench.command("op")
 @click.argument("op")
 @click.option("--backends", required=True, help="Comma-separated backends, e.g. numpy,torch.")
@@ -97,9 +303,10 @@ def _fmt_time(seconds: float) -> str:
     type=click.IntRange(min=0),
     default=0,
     show_default=True,
-    help="Seed of the generated inputs.",
+    help="Seed of the generated inputs and of the order within each process.",
 )
-@sampling_options(time_budget=5.0)
+@process_options
+@sampling_options(time_budget=0.2)
 @json_option
 @db_option
 def bench_op(
@@ -111,6 +318,8 @@ def bench_op(
     direction: str,
     dtype: str,
     seed: int,
+    processes: int,
+    cpus: str | None,
     min_samples: int,
     max_samples: int,
     time_budget: float,
@@ -121,20 +330,27 @@ def bench_op(
 ) -> None:
     """Time operator OP on each backend, forward and/or backward, side by side.
 
-    Every sample is stored in the results store; GEMM, MatMul and convolutions also
-    report (and store) GFLOP/s and the fraction of this machine's peak.
+    Each backend and problem is measured in --processes fresh worker processes (the
+    backends in a random order within each), and reported as the median of the
+    process medians with its between-process 95% CI. Every sample is stored with its
+    process; GEMM, MatMul and convolutions also report (and store) GFLOP/s and the
+    fraction of this machine's peak.
     """
+    from d5core.measure.invocations import parse_cpus
     from d5core.results.store import ResultsStore
-    from d5core.runners.operators import bench_ops, check_bench_request
+    from d5core.runners.operators import check_bench_request
     from d5core.workloads.roofline import cpu_peak
 
     names = parse_list(backends, "backends")
     problems = _op_problems(op, suite, shape, parse_attributes(attrs))
     check_bench_request(problems, names, dtype)
+    devices = _check_backends(problems, names, dtype)
     peak = cpu_peak()
     peak_rate = peak.gflops.get(dtype)
     options = measure_options(min_samples, max_samples, time_budget, rel_ci, warmup)
+    pinned = None if cpus is None else parse_cpus(cpus)
     directions = ["forward", "backward"] if direction == "both" else [direction]
+    jobs, keys = _op_jobs(problems, names, directions, dtype, seed)
     config = {
         "op": op,
         "backends": names,
@@ -143,64 +359,172 @@ def bench_op(
         "directions": directions,
         "dtype": dtype,
         "measure": options.to_json(),
+        "processes": processes,
+        "cpus": pinned,
     }
-    with (
-        ResultsStore.open(db) as store,
-        store.run("op", f"bench {op}", config=config, seed=seed) as run_id,
-    ):
-        if peak_rate:
-            store.add_metric(
-                run_id, "peak_gflops", peak_rate, labels={"dtype": dtype, "source": peak.source},
-                unit="GFLOP/s",
+    with ResultsStore.open(db) as store:
+        floor = _noise_floor(store, pinned)
+        with store.run("op", f"bench {op}", config=config, seed=seed) as run_id:
+            if peak_rate:
+                store.add_metric(
+                    run_id, "peak_gflops", peak_rate,
+                    labels={"dtype": dtype, "source": peak.source}, unit="GFLOP/s",
+                )  # fmt: skip
+            outcome = _measure(
+                jobs, store=store, run_id=run_id, processes=processes, options=options,
+                seed=seed, cpus=pinned, quiet=as_json,
             )  # fmt: skip
-
-        def keep(timing: Any) -> None:
-            _store_op_timing(store, run_id, timing)
-            if not as_json:
-                s = timing.measurement.summary
-                console(stderr=True).print(
-                    f"  {timing.backend:>8} {timing.direction:<8} {timing.problem.label}: "
-                    f"{_fmt_time(s.median)} (n={s.n})"
-                )
-
-        timings = bench_ops(
-                problems, names, directions=directions, dtype=dtype, options=options,
-                seed=seed, on_result=keep, peak=peak,
-            )  # fmt: skip
-    rows = [
-        {**t.to_json(), "run_id": run_id, "peak_gflops": peak_rate, "peak_source": peak.source}
-        for t in timings
-    ]
+            rows = _op_results(outcome, keys, devices, peak_rate, store, run_id)
+            if floor is not None:
+                store.update_config(run_id, {"noise_floor": floor.to_json()})
+            _raise_failures(outcome)
+    _mark_within_noise(rows, floor)
     if as_json:
-        print_json(rows)
+        print_json(
+            [{**r.row, "run_id": run_id, "peak_gflops": peak_rate, "peak_source": peak.source,
+              "noise_floor": None if floor is None else floor.machine_floor} for r in rows]
+        )  # fmt: skip
         return
-    table = Table(title=f"d5 bench op {op} ({dtype}), run {run_id}", title_justify="left")
-    table.add_column("problem", overflow="fold")
-    table.add_column("direction")
-    for name in names:
-        table.add_column(f"{name} median [95% CI]", justify="right")
-        table.add_column(f"{name} GFLOP/s (% peak)", justify="right")
-    by_key = {(t.problem.label, t.direction, t.backend): t for t in timings}
-    for problem in problems:
-        for d in directions:
-            cells: list[str] = []
-            for name in names:
-                t = by_key[(problem.label, d, name)]
-                s = t.measurement.summary
-                warn = " !" if s.stability != "stable" else ""
-                cells.append(
-                    f"{_fmt_time(s.median)} [{_fmt_time(s.ci_low)}, {_fmt_time(s.ci_high)}]{warn}"
-                )
-                if t.gflops is None:
-                    cells.append("")
-                else:
-                    frac = f" ({100 * t.peak_fraction:.0f}%)" if t.peak_fraction else ""
-                    cells.append(f"{t.gflops:.1f}{frac}")
-            table.add_row(problem.label, d, *cells)
     out = console()
-    out.print(table)
+    out.print(_op_table(op, dtype, run_id, rows))
     out.print(
         f"peak: {peak_rate:.0f} GFLOP/s ({peak.source})" if peak_rate else f"peak: {peak.source}"
+    )
+    _print_footer(outcome, floor)
+
+
+def _check_backends(
+    problems: Sequence[Problem], names: Sequence[str], dtype: str
+) -> dict[str, str]:
+    """Refuse, before any worker starts, an unknown backend or one that lacks the
+    operator or the dtype; return each backend's device."""
+    from d5core.runners.operators import backend_by_name, check_operator
+
+    devices = {}
+    for name in names:
+        backend = backend_by_name(name)
+        for problem in problems:
+            check_operator(backend, problem, dtype)
+        devices[name] = str(getattr(backend, "device", "cpu"))
+    return devices
+
+
+def _op_jobs(
+    problems: Sequence[Problem],
+    names: Sequence[str],
+    directions: Sequence[str],
+    dtype: str,
+    seed: int,
+) -> tuple[list[Job], list[tuple[Problem, str, str]]]:
+    """One job per (problem, direction, backend), and what each one measures."""
+    from d5core.measure.invocations import Job
+    from d5core.runners.jobs import problem_to_json
+
+    jobs, keys = [], []
+    for problem in problems:
+        data = problem_to_json(problem)
+        for d in directions:
+            for name in names:
+                args = {"problem": data, "backend": name, "dtype": dtype, "direction": d,
+                        "seed": seed}  # fmt: skip
+                jobs.append(Job("op", args, name=f"{name} {problem.label} {d}"))
+                keys.append((problem, d, name))
+    return jobs, keys
+
+
+@dataclass
+class _Row:
+    """One measured job: what ``--json`` prints, and what the table shows."""
+
+    key: tuple[str, str]
+    name: str
+    gathered: Gathered
+    row: dict[str, Any]
+    close: list[str] = field(default_factory=list)
+    #: The per-node table of ``d5 bench net --breakdown``.
+    breakdown: Table | None = None
+
+
+def _op_results(
+    outcome: Invocations,
+    keys: Sequence[tuple[Problem, str, str]],
+    devices: dict[str, str],
+    peak_rate: float | None,
+    store: Any,
+    run_id: str,
+) -> list[_Row]:
+    """Gather, store and describe every job that was measured."""
+    from d5core.runners.jobs import gather, nested_fields
+    from d5core.runners.operators import timing_of
+
+    rows = []
+    for result, (problem, d, name) in zip(outcome.jobs, keys, strict=True):
+        if not result.runs:
+            continue
+        gathered = gather(result)
+        timing = timing_of(
+            problem, name, d, result.job.args["dtype"], gathered.measurement,
+            device=devices[name], peak_gflops=peak_rate,
+        )  # fmt: skip
+        _store_op_timing(store, run_id, timing, gathered)
+        row = {**timing.to_json(), **nested_fields(gathered.nested)}
+        rows.append(_Row((problem.label, d), name, gathered, row))
+    return rows
+
+
+def _mark_within_noise(rows: Sequence[_Row], floor: NoiseFloor | None) -> None:
+    """Note, in each row, the rows of the same problem whose median is within noise."""
+    from d5core.runners.jobs import within_noise
+
+    groups: dict[tuple[str, str], list[_Row]] = {}
+    for r in rows:
+        groups.setdefault(r.key, []).append(r)
+    for group in groups.values():
+        medians = {r.name: r.gathered.nested.median for r in group}
+        close = within_noise(medians, None if floor is None else floor.machine_floor)
+        for r in group:
+            r.close = close[r.name]
+            r.row["within_noise_of"] = r.close
+
+
+def _op_table(op: str, dtype: str, run_id: str, rows: Sequence[_Row]) -> Table:
+    table = Table(title=f"d5 bench op {op} ({dtype}), run {run_id}", title_justify="left")
+    for column in ("problem", "direction", "backend"):
+        table.add_column(column, overflow="fold")
+    for column in (
+        "median",
+        "95% CI between processes",
+        "95% CI within a process",
+        "between share",
+        "processes (samples)",
+        "GFLOP/s (% peak)",
+        "note",
+    ):
+        table.add_column(column, justify="right" if column != "note" else "left")
+    for r in rows:
+        n = r.gathered.nested
+        rate = "" if r.row["gflops"] is None else f"{r.row['gflops']:.1f}"
+        if rate and r.row["peak_fraction"]:
+            rate += f" ({100 * r.row['peak_fraction']:.0f}%)"
+        table.add_row(
+            r.key[0], r.key[1], r.name, _fmt_time(n.median),
+            _fmt_ci(n.ci_low, n.ci_high, _fmt_time),
+            _fmt_ci(n.within_ci_low, n.within_ci_high, _fmt_time),
+            _pct(n.between_share), f"{n.n_processes} ({n.n_samples})", rate,
+            _note(r.gathered, r.close, r.row["stability"] != "stable"),
+        )  # fmt: skip
+    return table
+
+
+def _print_footer(outcome: Invocations, floor: NoiseFloor | None) -> None:
+    out = console()
+    out.print(
+        f"{len(outcome.rounds)} processes (stopped by {outcome.stopped_by}; order seed "
+        f"{outcome.seed}); {_describe_floor(floor)}"
+    )
+    out.print(
+        "median: of the process medians; between: Student-t CI from their spread; within: "
+        "the CI one process would report; between share: of the variance of the samples"
     )
     out.print("! marks a measurement whose IQR exceeds 10% of its median (unstable)")
 
@@ -221,7 +545,29 @@ def _op_problems(
     return [problem_for(op, shapes=shapes, attributes=attributes)]
 
 
-def _store_op_timing(store: Any, run_id: str, timing: Any) -> None:
+def _store_nested(
+    store: Any,
+    run_id: str,
+    metric: str,
+    values: Any,
+    gathered: Gathered,
+    labels: dict[str, Any],
+    unit: str,
+) -> None:
+    """Store ``values`` (the gathered measurement, or samples derived one to one from
+    its samples) with the process of each sample and its nested summary."""
+    from d5core.runners.jobs import by_process, headline, stored_summary
+
+    samples = values.samples if hasattr(values, "samples") else list(values)
+    confidence = gathered.nested.confidence
+    summary, nested = headline(by_process(samples, gathered.processes), confidence)
+    store.add_measurement(
+        run_id, metric, values, labels=labels, unit=unit,
+        summary=stored_summary(summary, nested), processes=gathered.processes,
+    )  # fmt: skip
+
+
+def _store_op_timing(store: Any, run_id: str, timing: Any, gathered: Gathered) -> None:
     """Store a timing's samples, and its GFLOP/s and peak fraction where counted."""
     labels = {
         "backend": timing.backend,
@@ -229,12 +575,15 @@ def _store_op_timing(store: Any, run_id: str, timing: Any) -> None:
         "direction": timing.direction,
         "dtype": timing.dtype,
     }
-    store.add_measurement(run_id, "time", timing.measurement, labels=labels)
+    _store_nested(store, run_id, "time", timing.measurement, gathered, labels, "s")
     rates = timing.gflops_samples()
     if rates:
-        store.add_measurement(run_id, "gflops", rates, labels=labels, unit="GFLOP/s")
+        _store_nested(store, run_id, "gflops", rates, gathered, labels, "GFLOP/s")
     if timing.peak_fraction:
         store.add_metric(run_id, "peak_fraction", timing.peak_fraction, labels=labels)
+
+
+# -- d5 bench net ----------------------------------------------------------------------------
 
 
 @bench.command("net")
@@ -252,15 +601,20 @@ def _store_op_timing(store: Any, run_id: str, timing: Any) -> None:
     default="inference",
     show_default=True,
 )
-@click.option("--breakdown", is_flag=True, help="Also time every node (a separate run).")
+@click.option(
+    "--breakdown",
+    is_flag=True,
+    help="Also time every node (a separate run, in this process after the workers).",
+)
 @click.option(
     "--seed",
     type=click.IntRange(min=0),
     default=0,
     show_default=True,
-    help="Seed of the generated feeds.",
+    help="Seed of the generated feeds and of the order within each process.",
 )
-@sampling_options(time_budget=10.0)
+@process_options
+@sampling_options(time_budget=0.5)
 @json_option
 @db_option
 def bench_net(
@@ -270,6 +624,8 @@ def bench_net(
     mode: str,
     breakdown: bool,
     seed: int,
+    processes: int,
+    cpus: str | None,
     min_samples: int,
     max_samples: int,
     time_budget: float,
@@ -281,67 +637,152 @@ def bench_net(
     """Time a network on each executor: inference or a training step, with throughput.
 
     MODEL is a zoo name, a light model shipped with onnx, or a path to an .onnx file.
-    A model whose graph fixes its batch runs that batch only. With --breakdown, every
-    node's time is stored too, and checked against the measured step.
+    A model whose graph fixes its batch runs that batch only. Each executor is measured
+    in --processes fresh worker processes (in a random order within each), reported as
+    the median of the process medians with its between-process 95% CI. With
+    --breakdown, every node's time is stored too (measured in this process), and
+    checked against the measured step.
     """
+    from d5core.measure.invocations import parse_cpus
     from d5core.results.store import ResultsStore
-    from d5core.runners.networks import bench_networks, network_workload
+    from d5core.runners.networks import network_workload
 
     names = parse_list(executors, "executors")
     options = measure_options(min_samples, max_samples, time_budget, rel_ci, warmup)
     workload = network_workload(model, batch=batch, mode=mode, seed=seed)
+    instances = _check_executors(names, workload)
+    pinned = None if cpus is None else parse_cpus(cpus)
+    jobs = _net_jobs(model, names, batch, mode, seed)
     config = {
         "model": model,
         "executors": names,
         "batch": workload.batch,
         "mode": mode,
         "measure": options.to_json(),
+        "processes": processes,
+        "cpus": pinned,
     }
-    with (
-        ResultsStore.open(db) as store,
-        store.run("net", f"bench {model}", config=config, seed=seed) as run_id,
-    ):
-
-        def keep(timing: Any) -> None:
-            _store_net_timing(store, run_id, timing)
-
-        timings = bench_networks(
-            model, names, options=options, breakdown=breakdown, on_result=keep,
-            workload=workload,
-        )  # fmt: skip
-    rows = [{**t.to_json(), "run_id": run_id} for t in timings]
+    with ResultsStore.open(db) as store:
+        floor = _noise_floor(store, pinned)
+        with store.run("net", f"bench {model}", config=config, seed=seed) as run_id:
+            outcome = _measure(
+                jobs, store=store, run_id=run_id, processes=processes, options=options,
+                seed=seed, cpus=pinned, quiet=as_json,
+            )  # fmt: skip
+            rows = _net_results(outcome, workload, instances if breakdown else {}, store, run_id)
+            if floor is not None:
+                store.update_config(run_id, {"noise_floor": floor.to_json()})
+            _raise_failures(outcome)
+    _mark_within_noise(rows, floor)
     if as_json:
-        print_json(rows)
+        print_json([{**r.row, "run_id": run_id} for r in rows])
         return
     out = console()
+    out.print(_net_table(model, mode, workload.batch, run_id, rows))
+    _print_footer(outcome, floor)
+    for r in rows:
+        if r.breakdown is not None:
+            out.print(r.breakdown)
+
+
+def _check_executors(names: Sequence[str], workload: Any) -> dict[str, Any]:
+    """Refuse, before any worker starts, an unknown executor or a training step on one
+    that runs inference only; return the executors (used for ``--breakdown``)."""
+    from d5core.runners.networks import check_trains, executor_by_name
+
+    instances = {}
+    for name in names:
+        executor = executor_by_name(name, workload.network)
+        check_trains(executor, name, workload.mode)
+        instances[name] = executor
+    return instances
+
+
+def _net_jobs(
+    model: str, names: Sequence[str], batch: int | None, mode: str, seed: int
+) -> list[Job]:
+    from d5core.measure.invocations import Job
+
+    return [
+        Job(
+            "net",
+            {"model": model, "executor": name, "batch": batch, "mode": mode, "seed": seed},
+            name=f"{name} {model} {mode}",
+        )
+        for name in names
+    ]
+
+
+def _net_results(
+    outcome: Invocations, workload: Any, breakdown: dict[str, Any], store: Any, run_id: str
+) -> list[_Row]:
+    """Gather, store and describe every executor that was measured; with executors in
+    ``breakdown``, time their nodes here, in this process."""
+    from d5core.runners.jobs import gather, nested_fields
+    from d5core.runners.networks import NetworkTiming
+
+    rows = []
+    for result in outcome.jobs:
+        if not result.runs:
+            continue
+        name = str(result.job.args["executor"])
+        gathered = gather(result)
+        timing = NetworkTiming(
+            workload.model, name, workload.mode, workload.batch, gathered.measurement
+        )
+        if name in breakdown:
+            timing.per_node = _breakdown(breakdown[name], name, workload, gathered)
+        _store_net_timing(store, run_id, timing, gathered)
+        row = {**timing.to_json(), **nested_fields(gathered.nested)}
+        nodes = timing.per_node is not None and timing.per_node.nodes
+        table = _breakdown_table(timing) if nodes else None
+        rows.append(_Row((workload.model, workload.mode), name, gathered, row, breakdown=table))
+    return rows
+
+
+def _breakdown(executor: Any, name: str, workload: Any, gathered: Gathered) -> Any:
+    from d5core.runners.networks import layer_breakdown, node_runs, prepare_step
+
+    run = prepare_step(executor, name, workload)
+    runs = node_runs(executor, run, workload)
+    return layer_breakdown(runs, float(gathered.nested.median), executor=name, mode=workload.mode)
+
+
+def _net_table(model: str, mode: str, batch: int, run_id: str, rows: Sequence[_Row]) -> Table:
     table = Table(
-        title=f"d5 bench net {model} ({mode}, batch {workload.batch}), run {run_id}",
+        title=f"d5 bench net {model} ({mode}, batch {batch}), run {run_id}",
         title_justify="left",
     )
-    for column in ("executor", "median [95% CI] per step", "samples/s [95% CI]", "n"):
-        table.add_column(column, justify="right")
-    for row, t in zip(rows, timings, strict=True):
-        s = t.measurement.summary
-        warn = " !" if s.stability != "stable" else ""
+    for column in (
+        "executor",
+        "median per step",
+        "95% CI between processes",
+        "95% CI within a process",
+        "between share",
+        "processes (samples)",
+        "samples/s [95% CI]",
+        "note",
+    ):
+        table.add_column(column, justify="left" if column == "note" else "right")
+    for r in rows:
+        n, row = r.gathered.nested, r.row
         table.add_row(
-            t.executor,
-            f"{_fmt_time(s.median)} [{_fmt_time(s.ci_low)}, {_fmt_time(s.ci_high)}]{warn}",
+            r.name, _fmt_time(n.median), _fmt_ci(n.ci_low, n.ci_high, _fmt_time),
+            _fmt_ci(n.within_ci_low, n.within_ci_high, _fmt_time), _pct(n.between_share),
+            f"{n.n_processes} ({n.n_samples})",
             f"{row['throughput']:.1f} [{row['throughput_ci_low']:.1f}, "
             f"{row['throughput_ci_high']:.1f}]",
-            str(s.n),
-        )
-    out.print(table)
-    for t in timings:
-        if t.per_node is not None and t.per_node.nodes:
-            out.print(_breakdown_table(t))
+            _note(r.gathered, r.close, row["stability"] != "stable"),
+        )  # fmt: skip
+    return table
 
 
-def _store_net_timing(store: Any, run_id: str, timing: Any) -> None:
+def _store_net_timing(store: Any, run_id: str, timing: Any, gathered: Gathered) -> None:
     """Store a step's times and throughput, and its per-node times when broken down."""
     labels = {"executor": timing.executor, "mode": timing.mode, "batch": timing.batch}
-    store.add_measurement(run_id, "time", timing.measurement, labels=labels)
-    store.add_measurement(
-        run_id, "throughput", timing.throughput_samples(), labels=labels, unit="samples/s"
+    _store_nested(store, run_id, "time", timing.measurement, gathered, labels, "s")
+    _store_nested(
+        store, run_id, "throughput", timing.throughput_samples(), gathered, labels, "samples/s"
     )
     per_node = timing.per_node
     if per_node is None:

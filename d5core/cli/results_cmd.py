@@ -13,7 +13,7 @@ import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.markup import escape
@@ -24,6 +24,9 @@ from d5core.cli.output import console, print_json
 from d5core.errors import CheckFailed, UsageError
 from d5core.results.load import LoadAverage, load_difference, run_load_warnings
 from d5core.results.store import MeasurementRecord, MetricRecord, ResultsStore, RunRecord
+
+if TYPE_CHECKING:
+    from d5core.measure.nested import NestedSummary
 
 __all__ = ["results"]
 
@@ -380,16 +383,21 @@ def export_runs(
 
 # -- compare ---------------------------------------------------------------------------
 
-_Group = tuple[MeasurementRecord, list[float], set[str | None]]
+#: Samples of one (metric, labels) in one run, by worker process (``None``: not
+#: recorded), with the measurement that named them and every direction declared.
+_Group = tuple[MeasurementRecord, dict[int | None, list[float]], set[str | None]]
 
 
 def _grouped(store: ResultsStore, run_id: str) -> dict[tuple[str, str], _Group]:
-    """Samples per (metric, labels): measurements repeated in one run are pooled."""
+    """Samples per (metric, labels) and process: measurements repeated in one run are
+    pooled, process by process (samples of no recorded process form one process)."""
     groups: dict[tuple[str, str], _Group] = {}
     for m in store.measurements(run_id):
         key = (m.metric, json.dumps(m.labels, sort_keys=True))
-        first, values, directions = groups.get(key, (m, [], set()))
-        groups[key] = (first, values + store.samples(m.id), directions | {m.better})
+        first, per_process, directions = groups.get(key, (m, {}, set()))
+        for process, values in store.samples_by_process(m.id).items():
+            per_process.setdefault(process, []).extend(values)
+        groups[key] = (first, per_process, directions | {m.better})
     return groups
 
 
@@ -419,24 +427,68 @@ def _moved(change: str, unit: str) -> str:
     return change
 
 
+def _processes_note(row: Mapping[str, Any]) -> str:
+    """``1 process: between-run variance unknown`` when a side had too few processes."""
+    from d5core.measure.nested import BETWEEN_UNKNOWN
+
+    if row.get("enough_processes", True):
+        return ""
+    fewest = min(row["n_baseline"], row["n_candidate"])
+    return f"{fewest} process{'' if fewest == 1 else 'es'}: {BETWEEN_UNKNOWN}"
+
+
+def _within_floor(row: Mapping[str, Any]) -> bool:
+    """Whether a change significant between processes was too small to call."""
+    p, floor = row.get("p_value"), row.get("min_effect")
+    return (
+        row.get("method") == "welch"
+        and row.get("verdict") == "same"
+        and p is not None
+        and floor is not None
+        and p < row["alpha"]
+        and abs(row["ratio"] - 1.0) <= floor
+    )
+
+
 def _verdict_text(row: Mapping[str, Any]) -> str:
-    """``worse (slower)``, ``better (higher)``, ``changed (lower)`` or ``same``."""
+    """``worse (slower)``, ``better (higher)``, ``changed (lower)`` or ``same``, with
+    ``(1 process: between-run variance unknown)`` when a side had too few processes and
+    ``(within the noise floor)`` for a significant change no larger than the floor."""
     verdict, change = row.get("verdict"), row.get("change")
     if verdict is None:
         return "-"
     moved = "" if change in (None, "none") else f" ({_moved(change, row['unit'])})"
-    return f"{verdict}{moved}"
+    note = _processes_note(row) or ("within the noise floor" if _within_floor(row) else "")
+    return f"{verdict}{moved}" + (f" ({note})" if note else "")
+
+
+def _side(summary: NestedSummary) -> dict[str, Any]:
+    """One side's figures: the median of process medians and its interval (between
+    processes when there are two or more, else the one process's own)."""
+    between = summary.between_known
+    return {
+        "n": summary.n_samples,
+        "processes": summary.n_processes,
+        "median": summary.median,
+        "ci_low": summary.ci_low if between else summary.within_ci_low,
+        "ci_high": summary.ci_high if between else summary.within_ci_high,
+        "ci": "between processes" if between else "within one process",
+        "between_share": summary.between_share,
+        "process_medians": summary.process_medians,
+    }
 
 
 def _compare_one(
     first: MeasurementRecord,
-    base: Sequence[float],
-    cand: Sequence[float],
+    base: Mapping[int | None, Sequence[float]],
+    cand: Mapping[int | None, Sequence[float]],
     alpha: float,
-    min_effect: float,
+    floor: float,
 ) -> dict[str, Any]:
-    from d5core.measure.compare import compare
-    from d5core.measure.stats import summarize
+    """The verdict from the processes (:func:`compare_nested`); the within-run
+    Mann–Whitney test of the pooled samples rides along as information."""
+    from d5core.measure.compare import within_run_test
+    from d5core.measure.nested import compare_nested, summarize_nested
 
     lower = _lower_is_better(first.better)
     row: dict[str, Any] = {
@@ -447,14 +499,26 @@ def _compare_one(
         "lower_is_better": lower,
     }
     try:
-        sb, sc = summarize(base), summarize(cand)
-        result = compare(base, cand, alpha=alpha, lower_is_better=lower, min_effect=min_effect)
+        sb = summarize_nested([list(v) for v in base.values()])
+        sc = summarize_nested([list(v) for v in cand.values()])
+        result = compare_nested(sb, sc, alpha=alpha, min_effect=floor, lower_is_better=lower)
     except ValueError as exc:
         row["error"] = " ".join(str(exc).split())
         return row
-    row["baseline"] = {k: getattr(sb, k) for k in ("n", "median", "ci_low", "ci_high")}
-    row["candidate"] = {k: getattr(sc, k) for k in ("n", "median", "ci_low", "ci_high")}
+    p_within, delta = within_run_test(
+        [x for v in base.values() for x in v], [x for v in cand.values() for x in v]
+    )
+    row["baseline"], row["candidate"] = _side(sb), _side(sc)
     row.update(result.to_json())
+    row["processes"] = {"baseline": sb.n_processes, "candidate": sc.n_processes}
+    row["noise_floor"] = floor
+    row["effect_size"] = delta
+    row["within_run"] = {
+        "test": "mann-whitney",
+        "p_value": p_within,
+        "effect_size": delta,
+        "note": "samples of one process are not independent runs: information only",
+    }
     return row
 
 
@@ -462,7 +526,7 @@ def _measurement_rows(
     ga: Mapping[tuple[str, str], _Group],
     gb: Mapping[tuple[str, str], _Group],
     alpha: float,
-    min_effect: float,
+    floor: float,
 ) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for key, (first, values, directions) in ga.items():
@@ -481,8 +545,86 @@ def _measurement_rows(
                  "error": problem}
             )  # fmt: skip
             continue
-        rows.append(_compare_one(first, values, other_values, alpha, min_effect))
+        rows.append(_compare_one(first, values, other_values, alpha, floor))
     return rows
+
+
+# -- the noise floor -----------------------------------------------------------------------
+
+
+def _run_machine(store: ResultsStore, run: RunRecord) -> str | None:
+    """The fingerprint of the machine ``run`` was measured on (``None`` if unknown)."""
+    from d5core.measure.noise import machine_fingerprint, machine_identity_of
+
+    stored = run.config.get("machine_fingerprint")
+    if isinstance(stored, str) and stored:
+        return stored
+    identity = machine_identity_of(store.environment(run.id))
+    return None if identity is None else machine_fingerprint(identity)
+
+
+def _calibrated_floor(store: ResultsStore, runs: Sequence[RunRecord]) -> dict[str, Any]:
+    """The noise floor of the runs' machines from their stored calibrations: the larger
+    where the runs come from two machines; the default where one has none."""
+    from d5core.measure.compare import DEFAULT_MIN_EFFECT
+    from d5core.measure.noise import DEFAULT_MAX_AGE_DAYS, NOISE_FLOOR_ENV, noise_floor
+
+    machines = list(dict.fromkeys(_run_machine(store, run) for run in runs))
+    found, missing, notes = [], [], []
+    for fingerprint in machines:
+        stored = None if fingerprint is None else noise_floor(store, fingerprint, None)
+        if stored is None:
+            missing.append(fingerprint or "unknown")
+            continue
+        found.append(stored)
+        if stored.age_days > DEFAULT_MAX_AGE_DAYS:
+            notes.append(
+                f"the calibration of machine {stored.fingerprint} is "
+                f"{stored.age_days:.0f} days old (run 'd5 calibrate' to measure it again)"
+            )
+    calibrations = [
+        {"fingerprint": f.fingerprint, "run_id": f.run_id, "machine_floor": f.machine_floor,
+         "age_days": f.age_days, "processes": f.processes}
+        for f in found
+    ]  # fmt: skip
+    if missing:
+        notes.append(
+            f"no calibration is stored for machine {', '.join(missing)}: using d5's default "
+            f"noise floor of {DEFAULT_MIN_EFFECT:.1%} (run 'd5 calibrate' to measure it, "
+            f"or set {NOISE_FLOOR_ENV})"
+        )
+        value, source = DEFAULT_MIN_EFFECT, "default"
+    else:
+        value, source = max(f.machine_floor for f in found), "calibration"
+    return {"value": value, "source": source, "calibrations": calibrations, "notes": notes}
+
+
+def _noise_floor(
+    store: ResultsStore, runs: Sequence[RunRecord], min_effect: float | None
+) -> dict[str, Any]:
+    """The floor a comparison of ``runs`` calls changes above, and where it came from:
+    ``--min-effect``, then ``$D5_NOISE_FLOOR``, then the machines' calibrations, then
+    d5's default."""
+    from d5core.measure.noise import NOISE_FLOOR_ENV, noise_floor_override
+
+    if min_effect is not None:
+        return {"value": min_effect, "source": "--min-effect", "calibrations": [], "notes": []}
+    override = noise_floor_override()
+    if override is not None:
+        return {"value": override, "source": NOISE_FLOOR_ENV, "calibrations": [], "notes": []}
+    return _calibrated_floor(store, runs)
+
+
+def _floor_text(floor: Mapping[str, Any]) -> str:
+    source = floor["source"]
+    if source == "calibration":
+        where = ", ".join(
+            f"calibration {c['run_id']} of machine {c['fingerprint']}"
+            for c in floor["calibrations"]
+        )
+    else:
+        where = {"default": "d5's default, no calibration stored"}.get(source, source)
+    return f"{floor['value']:.1%} ({where})"
 
 
 def _scalar_change(baseline: float, candidate: float, min_effect: float) -> str | None:
@@ -567,15 +709,16 @@ def _worse_names(rows: Sequence[Mapping[str, Any]]) -> str:
     "--alpha",
     type=click.FloatRange(0.0, 1.0, min_open=True, max_open=True),
     default=None,
-    help="Significance level of the Mann–Whitney U test (default: d5's, 0.01; see "
+    help="Significance level of the test between processes (default: d5's, 0.01; see "
     "docs/measurement.md).",
 )
 @click.option(
     "--min-effect",
     type=click.FloatRange(0.0, min_open=False),
     default=None,
-    help="Smallest relative change of the median reported as better or worse "
-    "(default: d5's, 0.05 = 5%).",
+    help="Smallest relative change of the median reported as better or worse, instead "
+    "of the noise floor (default: $D5_NOISE_FLOOR, else the machine's noise floor from "
+    "'d5 calibrate', else d5's, 0.05 = 5%).",
 )
 @click.option(
     "--fail-if-worse",
@@ -604,21 +747,27 @@ def compare_runs(
 ) -> None:
     """Compare CANDIDATE with BASELINE, measurement by measurement.
 
-    Measurements are paired by metric and labels. For each pair: both medians with
-    their confidence intervals, the ratio CANDIDATE/BASELINE of the medians with its
-    interval, the two-sided Mann–Whitney U p-value, the effect size and the verdict:
-    better, worse or same, by the direction each quantity declares (lower is better for
-    times and losses, higher for accuracies and rates). Runs measured in different
+    Measurements are paired by metric and labels. The unit of comparison is the worker
+    process: for each pair, the median of each side's process medians with its interval
+    between processes, the ratio CANDIDATE/BASELINE with its interval, Welch's t-test
+    on the log process medians and the verdict: better, worse or same, by the direction
+    each quantity declares (lower is better for times and losses, higher for accuracies
+    and rates). A change is called only when it is significant between processes AND
+    larger than the machine's noise floor ('d5 calibrate'). With fewer than 3 processes
+    on a side, the between-run variance is unknown: the table says so, and a change is
+    called only when it is well beyond the noise floor. Runs measured in different
     environments, on a busy machine or under different loads are compared with a
     warning naming what differs.
     """
     from d5core.environment import environment_differences, environment_fingerprint
-    from d5core.measure.compare import DEFAULT_ALPHA, DEFAULT_MIN_EFFECT
+    from d5core.measure.compare import DEFAULT_MIN_EFFECT
+    from d5core.measure.nested import DEFAULT_NESTED_ALPHA, MIN_PROCESSES
 
-    level = DEFAULT_ALPHA if alpha is None else alpha
+    level = DEFAULT_NESTED_ALPHA if alpha is None else alpha
     effect = DEFAULT_MIN_EFFECT if min_effect is None else min_effect
     with _open(db) as store:
         a, b = store.get_run(baseline), store.get_run(candidate)
+        floor = _noise_floor(store, (a, b), min_effect)
         env_a, env_b = store.environment(a.id), store.environment(b.id)
         ga, gb = _grouped(store, a.id), _grouped(store, b.id)
         metric_rows, metrics_unmatched = _metric_rows(store, a, b, effect)
@@ -627,7 +776,7 @@ def compare_runs(
     # by today's rules.
     same_env = environment_fingerprint(env_a) == environment_fingerprint(env_b)
     differences = [] if same_env else environment_differences(env_a, env_b)
-    rows = _measurement_rows(ga, gb, level, effect)
+    rows = _measurement_rows(ga, gb, level, floor["value"])
     only_a = [{"metric": k[0], "labels": json.loads(k[1])} for k in ga if k not in gb]
     only_b = [{"metric": k[0], "labels": json.loads(k[1])} for k in gb if k not in ga]
     load = _load_report(a, b)
@@ -652,7 +801,11 @@ def compare_runs(
                 "baseline": _brief(a),
                 "candidate": _brief(b),
                 "alpha": level,
-                "min_effect": effect,
+                "min_effect": floor["value"],
+                "metrics_min_effect": effect,
+                "noise_floor": floor,
+                "method": "welch t-test on log process medians",
+                "min_processes": MIN_PROCESSES,
                 "same_environment": same_env,
                 "environment_differences": differences,
                 "load": load,
@@ -665,7 +818,7 @@ def compare_runs(
     else:
         _print_comparison(
             (a, b),
-            (level, effect),
+            (level, floor, effect),
             differences if not same_env else None,
             load,
             rows,
@@ -687,10 +840,12 @@ def _print_header(
     a: RunRecord,
     b: RunRecord,
     alpha: float,
-    min_effect: float,
+    floor: Mapping[str, Any],
     differences: Sequence[str] | None,
     load: Mapping[str, Any],
 ) -> None:
+    from d5core.measure.nested import MIN_PROCESSES
+
     out = console()
     for label, run in (("baseline ", a), ("candidate", b)):
         out.print(
@@ -711,12 +866,16 @@ def _print_header(
             out.print(f"  {line}", markup=False, highlight=False)
     for warning in load["warnings"]:
         out.print(f"WARNING: {warning}", style="bold yellow", markup=False, highlight=False)
+    for note in floor["notes"]:
+        out.print(f"note: {note}", markup=False, highlight=False)
     env_line = "same environment" if differences is None else "different environments"
     out.print(
-        f"{env_line}; ratio = candidate / baseline; a verdict other than 'same' needs "
-        f"Mann–Whitney U p < {alpha:g} (two-sided) and a change of the median above "
-        f"{min_effect:.1%}; better or worse by each quantity's direction (lower is better "
-        "for times and losses, higher for accuracies and rates)",
+        f"{env_line}; ratio = candidate / baseline of the medians of process medians; "
+        f"noise floor {_floor_text(floor)}; a verdict other than 'same' needs Welch's "
+        f"t-test on the log process medians at p < {alpha:g} (at least {MIN_PROCESSES} "
+        "processes a side) and a change above the noise floor, or, with fewer processes, "
+        "a change well beyond the noise floor; better or worse by each quantity's "
+        "direction (lower is better for times and losses, higher for accuracies and rates)",
         markup=False,
         highlight=False,
     )
@@ -724,7 +883,7 @@ def _print_header(
 
 def _print_comparison(
     runs: tuple[RunRecord, RunRecord],
-    levels: tuple[float, float],
+    levels: tuple[float, Mapping[str, Any], float],
     differences: Sequence[str] | None,
     load: Mapping[str, Any],
     rows: Sequence[Mapping[str, Any]],
@@ -732,7 +891,7 @@ def _print_comparison(
     metric_rows: Sequence[Mapping[str, Any]],
 ) -> None:
     out = console()
-    _print_header(*runs, *levels, differences, load)
+    _print_header(*runs, levels[0], levels[1], differences, load)
     if rows:
         out.print(_comparison_table(rows))
     for label, items in zip(("baseline", "candidate"), only, strict=True):
@@ -742,14 +901,26 @@ def _print_comparison(
             )
             out.print(f"only in the {label}: {names}", markup=False, highlight=False)
     if metric_rows:
-        out.print(_metrics_table(metric_rows, levels[1]))
+        out.print(_metrics_table(metric_rows, levels[2]))
+
+
+def _ratio_text(r: Mapping[str, Any]) -> str:
+    low, high = r.get("ratio_ci_low"), r.get("ratio_ci_high")
+    ci = "" if low is None or high is None else f" [{low:.3f}, {high:.3f}]"
+    return f"{r['ratio']:.3f}{ci}"
 
 
 def _comparison_table(rows: Sequence[Mapping[str, Any]]) -> Table:
-    table = Table(title="measurements", title_justify="left")
+    table = Table(
+        title="measurements",
+        title_justify="left",
+        caption="p: the test between processes (Welch; 'noise-floor' with too few "
+        "processes); processes: baseline / candidate",
+        caption_justify="left",
+    )
     for column in ("metric", "labels", "baseline median [CI]", "candidate median [CI]"):
         table.add_column(column, overflow="fold")
-    for column in ("ratio [CI]", "p-value", "effect", "better", "verdict"):
+    for column in ("ratio [CI]", "p", "processes", "better", "verdict"):
         table.add_column(column)
     for r in rows:
         if "error" in r:
@@ -759,17 +930,17 @@ def _comparison_table(rows: Sequence[Mapping[str, Any]]) -> Table:
             table.add_row("", f"  {r['error']}", "", "", "", "", "", "", "")
             continue
         unit = r["unit"]
-        ratio = f"{r['ratio']:.3f} [{r['ratio_ci_low']:.3f}, {r['ratio_ci_high']:.3f}]"
+        p = "-" if r["p_value"] is None else f"{r['p_value']:.3g}"
         table.add_row(
             r["metric"],
             _labels(r["labels"]),
             _median_ci(r["baseline"], unit),
             _median_ci(r["candidate"], unit),
-            ratio,
-            f"{r['p_value']:.3g}",
-            f"{r['effect_size']:.3g}",
+            _ratio_text(r),
+            p if r["method"] == "welch" else f"{p} ({r['method']})",
+            f"{r['n_baseline']} / {r['n_candidate']}",
             r["better"] or "unknown",
-            f"[{_VERDICT_STYLE.get(r['verdict'], '')}]{_verdict_text(r)}[/]",
+            f"[{_VERDICT_STYLE.get(r['verdict'], '')}]{escape(_verdict_text(r))}[/]",
         )
     return table
 

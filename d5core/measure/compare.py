@@ -33,6 +33,7 @@ __all__ = [
     "Comparison",
     "compare",
     "judge",
+    "within_run_test",
 ]
 
 #: Significance level of the Mann–Whitney U test.
@@ -136,6 +137,22 @@ def _ratio_ci(b: np.ndarray[Any, Any], c: np.ndarray[Any, Any], confidence: floa
     return low, high
 
 
+def within_run_test(baseline: ArrayLike, candidate: ArrayLike) -> tuple[float, float]:
+    """(p, Cliff's delta): the two-sided Mann–Whitney U test of the pooled samples.
+
+    The samples of one process share that process's luck, so this p-value describes
+    the samples, not the runs: ``d5 results compare`` shows it as information and takes
+    its verdict from the processes (:func:`d5core.measure.nested.compare_nested`).
+    """
+    b = np.asarray(baseline, dtype=float).ravel()
+    c = np.asarray(candidate, dtype=float).ravel()
+    test = _st.mannwhitneyu(c, b, alternative="two-sided", method="auto")
+    p = float(test.pvalue)
+    if not math.isfinite(p):  # every sample equal: nothing to tell apart
+        p = 1.0
+    return p, 2.0 * float(test.statistic) / (b.size * c.size) - 1.0
+
+
 def compare(
     baseline: ArrayLike,
     candidate: ArrayLike,
@@ -168,11 +185,7 @@ def compare(
         raise ValueError("the baseline median is 0: a ratio to it is undefined")
     ratio = c_med / b_med
     low, high = _ratio_ci(b, c, confidence)
-    test = _st.mannwhitneyu(c, b, alternative="two-sided", method="auto")
-    p = float(test.pvalue)
-    if not math.isfinite(p):  # every sample equal: nothing to tell apart
-        p = 1.0
-    delta = 2.0 * float(test.statistic) / (b.size * c.size) - 1.0
+    p, delta = within_run_test(b, c)
     change = "none"
     if p < alpha and abs(ratio - 1.0) > min_effect:
         change = "higher" if ratio > 1.0 else "lower"

@@ -61,6 +61,8 @@ JOB_KINDS: dict[str, str] = {
     "copy": "d5core.measure.standard_jobs:copy",
     "pyloop": "d5core.measure.standard_jobs:pyloop",
     "spin": "d5core.measure.standard_jobs:spin",
+    "op": "d5core.runners.jobs:op_job",
+    "net": "d5core.runners.jobs:net_job",
 }
 _WORKER_MODULE = "d5core.measure._worker"
 #: ``-P``: the worker imports d5 and the builders from where this process does, never from

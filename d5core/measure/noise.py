@@ -63,6 +63,7 @@ __all__ = [
     "CALIBRATION_PROCESSES",
     "DEFAULT_MAX_AGE_DAYS",
     "MIN_CALIBRATION_PROCESSES",
+    "NOISE_FLOOR_ENV",
     "WORKLOADS",
     "Calibration",
     "NoiseFloor",
@@ -71,7 +72,9 @@ __all__ = [
     "ensure_noise_floor",
     "machine_fingerprint",
     "machine_identity",
+    "machine_identity_of",
     "noise_floor",
+    "noise_floor_override",
     "shamos_log_spread",
     "store_calibration",
 ]
@@ -136,6 +139,23 @@ def machine_identity() -> dict[str, Any]:
         "memory_gib": round(psutil.virtual_memory().total / (1 << 30)),
         "hostname": socket.gethostname(),
     }
+
+
+def machine_identity_of(environment: Mapping[str, Any]) -> dict[str, Any] | None:
+    """:func:`machine_identity` as read from a run's stored environment
+    (:func:`d5core.environment.capture_environment`); ``None`` when it lacks a part."""
+    cpu, memory = environment.get("cpu"), environment.get("memory")
+    hostname = environment.get("hostname")
+    if not isinstance(cpu, Mapping) or not isinstance(memory, Mapping):
+        return None
+    total = memory.get("total_bytes")
+    identity = {
+        "cpu_model": cpu.get("model"),
+        "logical_cores": cpu.get("logical_cores"),
+        "memory_gib": round(total / (1 << 30)) if isinstance(total, int | float) else None,
+        "hostname": hostname if isinstance(hostname, str) else None,
+    }
+    return None if any(v is None for v in identity.values()) else identity
 
 
 def machine_fingerprint(identity: Mapping[str, Any] | None = None) -> str:
@@ -331,6 +351,8 @@ class NoiseFloor:
     processes: int
     brief: bool
     warnings: list[str] = field(default_factory=list)
+    #: Where the floor comes from: ``"calibration"``, or :data:`NOISE_FLOOR_ENV`.
+    source: str = "calibration"
 
     @property
     def age_days(self) -> float:
@@ -381,6 +403,44 @@ def noise_floor(
     return None
 
 
+#: Environment variable that sets the machine's noise floor instead of a calibration
+#: (a fraction, e.g. ``0.03``); test suites set it so that no test calibrates.
+NOISE_FLOOR_ENV = "D5_NOISE_FLOOR"
+
+
+def noise_floor_override(environ: Mapping[str, str] | None = None) -> float | None:
+    """The floor :data:`NOISE_FLOOR_ENV` sets, or ``None`` when it is unset or empty.
+
+    :raises UsageError: for a value that is not a number from 0 up to (not including) 1.
+    """
+    raw = (os.environ if environ is None else environ).get(NOISE_FLOOR_ENV, "").strip()
+    if not raw:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not 0.0 <= value < 1.0:
+        raise UsageError(
+            f"{NOISE_FLOOR_ENV} must be a fraction from 0 up to 1, such as 0.03 for 3%; "
+            f"got {raw!r} (unset it to use this machine's calibration)"
+        )
+    return value
+
+
+def _overridden(value: float) -> NoiseFloor:
+    return NoiseFloor(
+        fingerprint=machine_fingerprint(),
+        machine_floor=value,
+        floors={},
+        created=datetime.now(timezone.utc).isoformat(),
+        run_id="",
+        processes=0,
+        brief=False,
+        source=NOISE_FLOOR_ENV,
+    )
+
+
 def ensure_noise_floor(
     store: ResultsStore,
     *,
@@ -394,7 +454,12 @@ def ensure_noise_floor(
     ``max_age_days``.
 
     :param on_status: told, in one line, when and why a calibration runs.
+    :raises UsageError: for a bad :data:`NOISE_FLOOR_ENV`, which, when set, is the floor
+        (nothing is read, run or stored).
     """
+    override = noise_floor_override()
+    if override is not None:
+        return _overridden(override)
     fingerprint = machine_fingerprint()
     found = noise_floor(store, fingerprint, max_age_days)
     if found is not None:

@@ -32,6 +32,7 @@ __all__ = [
     "NodeTime",
     "RunNodeTimes",
     "bench_networks",
+    "check_trains",
     "executor_by_name",
     "feeds_nbytes",
     "layer_breakdown",
@@ -39,6 +40,7 @@ __all__ = [
     "make_feeds",
     "network_workload",
     "node_runs",
+    "prepare_step",
     "resolve_batch",
     "samples_in",
     "traced_node_times",
@@ -525,6 +527,29 @@ class NetworkTiming:
         }
 
 
+def check_trains(executor: GraphExecutor, name: str, mode: str) -> None:
+    """Refuse a training step on an executor that runs inference only.
+
+    :raises UsageError: saying how to fix the request.
+    """
+    if mode == "train-step" and not getattr(executor, "trains", True):
+        raise UsageError(
+            f"the {name} executor runs inference only; use --mode inference or "
+            f"leave {name} out of --executors"
+        )
+
+
+def prepare_step(executor: GraphExecutor, name: str, work: NetworkWorkload) -> Callable[[], object]:
+    """The callable ``d5 bench net`` times: one inference or training step on the feeds.
+
+    :raises UsageError: for a training step on an executor that runs inference only.
+    """
+    check_trains(executor, name, work.mode)
+    if work.mode == "train-step":
+        return executor.prepare_train_step(work.feeds, work.loss)
+    return executor.prepare_inference(work.feeds)
+
+
 def bench_networks(
     model: str,
     executors: Sequence[str],
@@ -551,15 +576,7 @@ def bench_networks(
     timings: list[NetworkTiming] = []
     for name in executors:
         executor = executor_by_name(name, work.network, manager)
-        if work.mode == "train-step":
-            if not getattr(executor, "trains", True):
-                raise UsageError(
-                    f"the {name} executor runs inference only; use --mode inference or "
-                    f"leave {name} out of --executors"
-                )
-            run = executor.prepare_train_step(work.feeds, work.loss)
-        else:
-            run = executor.prepare_inference(work.feeds)
+        run = prepare_step(executor, name, work)
         m = measure(
             run,
             options,

@@ -32,9 +32,11 @@ __all__ = [
     "bench_ops",
     "build_operator",
     "check_bench_request",
+    "check_operator",
     "flops_of",
     "prepare",
     "problem_for",
+    "timing_of",
     "validate_op",
 ]
 
@@ -96,6 +98,16 @@ def build_operator(
 
     :raises UsageError: for an operator the backend lacks or a dtype it does not support.
     """
+    check_operator(backend, problem, dtype)
+    descriptors = [TensorDescriptor.of(a) for a in inputs]
+    return backend.create(problem.op, problem.attributes, descriptors)
+
+
+def check_operator(backend: OperatorBackend, problem: Problem, dtype: str) -> None:
+    """Refuse a problem whose operator ``backend`` lacks, or a dtype it does not support.
+
+    :raises UsageError: naming what the backend has.
+    """
     supported = backend.supported()
     if problem.op not in supported:
         raise UsageError(
@@ -107,8 +119,6 @@ def build_operator(
             f"backend {backend.name!r} does not support dtype {dtype!r}; "
             f"choose one of: {', '.join(backend.dtypes)}"
         )
-    descriptors = [TensorDescriptor.of(a) for a in inputs]
-    return backend.create(problem.op, problem.attributes, descriptors)
 
 
 def flops_of(problem: Problem, direction: str) -> int:
@@ -290,6 +300,26 @@ class OperatorTiming:
         }
 
 
+def timing_of(
+    problem: Problem,
+    backend: str,
+    direction: str,
+    dtype: str,
+    measurement: Any,
+    *,
+    device: str = "cpu",
+    peak_gflops: float | None = None,
+) -> OperatorTiming:
+    """The :class:`OperatorTiming` of ``measurement``: GFLOP/s at its median where the
+    FLOPs are counted, and the fraction of ``peak_gflops`` for an operator on the CPU."""
+    flops = flops_of(problem, direction)
+    median = measurement.summary.median
+    gflops = flops / median / 1e9 if flops and median else None
+    on_cpu = device == "cpu"
+    fraction = gflops / peak_gflops if gflops and peak_gflops and on_cpu else None
+    return OperatorTiming(problem, backend, direction, dtype, measurement, gflops, fraction)
+
+
 def prepare(operator: Operator, direction: str, inputs: Sequence[np.ndarray], seed: int) -> Timed:
     """The callable to time for ``direction``; conversions happen here, untimed."""
     if direction == "forward":
@@ -346,11 +376,10 @@ def bench_ops(
                     name=f"{name} {problem.label} {direction}",
                     synchronize=synchronizer_for(operator.device),
                 )
-                flops = flops_of(problem, direction)
-                gflops = flops / m.summary.median / 1e9 if flops and m.summary.median else None
-                on_cpu = operator.device == "cpu"
-                fraction = gflops / peak_gflops if gflops and peak_gflops and on_cpu else None
-                timing = OperatorTiming(problem, name, direction, dtype, m, gflops, fraction)
+                timing = timing_of(
+                    problem, name, direction, dtype, m, device=operator.device,
+                    peak_gflops=peak_gflops,
+                )  # fmt: skip
                 timings.append(timing)
                 if on_result is not None:
                     on_result(timing)

@@ -226,5 +226,6 @@ def test_min_effect_help_states_the_real_default(d5_cli):
     result = d5_cli("results", "compare", "--help")
     assert result.exit_code == 0
     text = " ".join(result.stdout.split())
-    assert f"default: d5's, {DEFAULT_MIN_EFFECT:g} = {DEFAULT_MIN_EFFECT:.0%}" in text
+    assert f"else d5's, {DEFAULT_MIN_EFFECT:g} = {DEFAULT_MIN_EFFECT:.0%}" in text
+    assert "$D5_NOISE_FLOOR, else the machine's noise floor" in text
     assert f"default: d5's, {DEFAULT_ALPHA:g}" in text

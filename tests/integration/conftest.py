@@ -50,3 +50,11 @@ def run_d5() -> Callable[..., subprocess.CompletedProcess[str]]:
         )
 
     return run
+
+
+@pytest.fixture(autouse=True)
+def _noise_floor_without_calibrating(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``d5 bench`` and ``d5 results compare`` take the machine's noise floor from
+    ``D5_NOISE_FLOOR`` here, so that no test runs a calibration first (the automatic
+    calibration has its own tests in tests/core/test_noise.py and test_bench_processes.py)."""
+    monkeypatch.setenv("D5_NOISE_FLOOR", "0.03")

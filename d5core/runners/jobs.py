@@ -1,0 +1,241 @@
+"""``d5 bench`` in fresh worker processes: the jobs, and their results gathered back.
+
+Each (backend, problem, direction) of ``d5 bench op`` and each executor of ``d5 bench
+net`` becomes a :class:`~d5core.measure.invocations.Job` of kind ``"op"`` or ``"net"``,
+whose JSON arguments name what to build. In the worker, :func:`op_job` and
+:func:`net_job` build exactly the callable the in-process path times
+(:func:`d5core.runners.operators.bench_ops`, :func:`d5core.runners.networks.bench_networks`):
+the same seeded inputs, the same operator or executor, the same preparation, and the same
+device synchronisation.
+
+Back in the parent, :func:`gather` turns a job's runs in several processes into one
+:class:`~d5core.measure.engine.Measurement` whose headline (median and CI) is the nested
+one, so that :class:`~d5core.runners.operators.OperatorTiming` and
+:class:`~d5core.runners.networks.NetworkTiming` report GFLOP/s and throughput from the
+median of process medians, and :func:`stored_summary` gives the summary to store.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from d5core.measure.engine import Measurement
+from d5core.measure.invocations import JobResult, PreparedJob
+from d5core.measure.nested import NestedSummary, summarize_nested
+from d5core.measure.stats import Summary, summarize
+from d5core.workloads.problems import InputSpec, Problem
+
+__all__ = [
+    "Gathered",
+    "by_process",
+    "gather",
+    "headline",
+    "nested_fields",
+    "net_job",
+    "op_job",
+    "problem_from_json",
+    "problem_to_json",
+    "stored_summary",
+    "within_noise",
+]
+
+
+# -- problems as JSON ------------------------------------------------------------------------
+
+_TUPLE = "__tuple__"
+
+
+def _encode(value: Any) -> Any:
+    """JSON-ready ``value`` with tuples marked, so that they come back as tuples."""
+    if isinstance(value, tuple):
+        return {_TUPLE: [_encode(v) for v in value]}
+    if isinstance(value, list):
+        return [_encode(v) for v in value]
+    if isinstance(value, Mapping):
+        return {str(k): _encode(v) for k, v in value.items()}
+    return value
+
+
+def _decode(value: Any) -> Any:
+    if isinstance(value, list):
+        return [_decode(v) for v in value]
+    if isinstance(value, Mapping):
+        if set(value) == {_TUPLE}:
+            return tuple(_decode(v) for v in value[_TUPLE])
+        return {k: _decode(v) for k, v in value.items()}
+    return value
+
+
+def problem_to_json(problem: Problem) -> dict[str, Any]:
+    """``problem`` as JSON that :func:`problem_from_json` turns back into an equal problem."""
+    return {
+        "op": problem.op,
+        "inputs": [_encode(dataclasses.asdict(spec)) for spec in problem.inputs],
+        "attributes": _encode(dict(problem.attributes)),
+        "name": problem.name,
+        "flops": problem.flops,
+    }
+
+
+def problem_from_json(data: Mapping[str, Any]) -> Problem:
+    """The problem :func:`problem_to_json` wrote."""
+    inputs = []
+    for spec in data["inputs"]:
+        values = _decode(spec)
+        values["shape"] = tuple(values["shape"])
+        values["value"] = tuple(values.get("value") or ())
+        inputs.append(InputSpec(**values))
+    return Problem(
+        op=str(data["op"]),
+        inputs=tuple(inputs),
+        attributes=_decode(data.get("attributes") or {}),
+        name=str(data.get("name") or ""),
+        flops=int(data.get("flops") or 0),
+    )
+
+
+# -- builders (run in the worker) ------------------------------------------------------------
+
+
+def op_job(
+    problem: Mapping[str, Any], backend: str, dtype: str, direction: str, seed: int
+) -> PreparedJob:
+    """What :func:`~d5core.runners.operators.bench_ops` times for one backend, problem and
+    direction: the operator built on the seeded inputs, prepared for ``direction``."""
+    from d5core.measure.engine import synchronizer_for
+    from d5core.runners.operators import backend_by_name, build_operator, prepare
+
+    made = problem_from_json(problem)
+    inputs = made.make_inputs(dtype, seed)
+    operator = build_operator(backend_by_name(backend), made, dtype, inputs)
+    fn = prepare(operator, direction, inputs, seed)
+    return PreparedJob(fn=fn, synchronize=synchronizer_for(operator.device))
+
+
+def net_job(model: str, executor: str, batch: int | None, mode: str, seed: int) -> PreparedJob:
+    """What :func:`~d5core.runners.networks.bench_networks` times for one executor: a step
+    of ``model`` in ``mode`` on the seeded feeds."""
+    from d5core.measure.engine import synchronizer_for
+    from d5core.runners.networks import executor_by_name, network_workload, prepare_step
+
+    work = network_workload(model, batch=batch, mode=mode, seed=seed)
+    instance = executor_by_name(executor, work.network)
+    run = prepare_step(instance, executor, work)
+    return PreparedJob(fn=run, synchronize=synchronizer_for(instance.device))
+
+
+# -- results (in the parent) ------------------------------------------------------------------
+
+
+@dataclass
+class Gathered:
+    """A job's runs in every process, as one measurement with a nested headline.
+
+    ``measurement`` holds every sample (process after process) and a summary whose
+    ``median``/``ci_low``/``ci_high`` are the nested ones (see :func:`gather`);
+    ``processes`` names the process (round) of each sample; ``nested`` is the full
+    nested summary.
+    """
+
+    measurement: Measurement
+    processes: list[int]
+    nested: NestedSummary
+
+    @property
+    def between_known(self) -> bool:
+        """Whether the spread between processes is known (two processes or more)."""
+        return self.nested.between_known
+
+
+def _common(values: Sequence[str]) -> str:
+    return Counter(values).most_common(1)[0][0]
+
+
+def headline(
+    per_process: Sequence[Sequence[float]], confidence: float
+) -> tuple[Summary, NestedSummary]:
+    """The summary of samples taken in several processes, with the nested headline.
+
+    ``median``/``ci_low``/``ci_high`` are the median of the process medians and its
+    between-process interval; with a single process that interval is unknown and the
+    within-process one stands in for it (labelled "between-run variance unknown"). The
+    other fields (quartiles, stability, ...) describe all samples pooled. The second
+    value is the whole nested summary.
+    """
+    nested = summarize_nested(per_process, confidence)
+    pooled = summarize([v for values in per_process for v in values], confidence)
+    low = nested.ci_low if nested.ci_low is not None else nested.within_ci_low
+    high = nested.ci_high if nested.ci_high is not None else nested.within_ci_high
+    return dataclasses.replace(pooled, median=nested.median, ci_low=low, ci_high=high), nested
+
+
+def gather(result: JobResult) -> Gathered:
+    """One :class:`Measurement` of ``result``'s runs (it must have at least one), with
+    the :func:`headline` summary of every sample."""
+    runs = result.runs
+    if not runs:
+        raise ValueError(f"job {result.job.label!r} has no measured process")
+    first = runs[0].measurement
+    summary, nested = headline([r.samples for r in runs], first.options.confidence)
+    measurement = dataclasses.replace(
+        first,
+        samples=[v for r in runs for v in r.samples],
+        summary=summary,
+        warmup_runs=sum(r.measurement.warmup_runs for r in runs),
+        blocked=any(r.measurement.blocked for r in runs),
+        block_size=max(r.measurement.block_size for r in runs),
+        stopped_by=_common([r.measurement.stopped_by for r in runs]),
+        calibration_runs=sum(r.measurement.calibration_runs for r in runs),
+        elapsed_s=sum(r.measurement.elapsed_s for r in runs),
+    )
+    processes = [r.round for r in runs for _ in r.samples]
+    return Gathered(measurement, processes, nested)
+
+
+def by_process(values: Sequence[float], processes: Sequence[int]) -> list[list[float]]:
+    """``values`` grouped by their process, in process order (derived samples: rates)."""
+    groups: dict[int, list[float]] = {}
+    for value, process in zip(values, processes, strict=True):
+        groups.setdefault(process, []).append(value)
+    return [groups[k] for k in sorted(groups)]
+
+
+def nested_fields(nested: NestedSummary) -> dict[str, Any]:
+    """The nested figures reported beside the headline, flat (for tables and JSON rows)."""
+    return {
+        "processes": nested.n_processes,
+        "between_known": nested.between_known,
+        "between_label": nested.label,
+        "between_ci_low": nested.ci_low,
+        "between_ci_high": nested.ci_high,
+        "within_ci_low": nested.within_ci_low,
+        "within_ci_high": nested.within_ci_high,
+        "between_share": nested.between_share,
+    }
+
+
+def stored_summary(summary: Summary, nested: NestedSummary) -> dict[str, Any]:
+    """The summary to store: ``summary``'s fields (its ``median``, ``ci_low`` and
+    ``ci_high`` the nested headline, as existing readers expect), the flat
+    :func:`nested_fields`, and the whole nested summary under ``"nested"``."""
+    return {**summary.to_json(), **nested_fields(nested), "nested": nested.to_json()}
+
+
+def within_noise(medians: Mapping[str, float], floor: float | None) -> dict[str, list[str]]:
+    """For each name, the other names whose median differs from its own by less than
+    the noise ``floor`` (a fraction of the smaller of the two); none when the floor is
+    unknown."""
+    if floor is None:
+        return {name: [] for name in medians}
+    return {
+        name: [
+            other
+            for other, value in medians.items()
+            if other != name and max(value, median) / min(value, median) - 1.0 < floor
+        ]
+        for name, median in medians.items()
+    }
