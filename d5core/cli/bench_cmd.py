@@ -198,6 +198,8 @@ def _noise_floor(store: Any, cpus: list[int] | None) -> NoiseFloor | None:
 def _describe_floor(floor: NoiseFloor | None) -> str:
     if floor is None:
         return "noise floor: unknown (run 'd5 calibrate')"
+    if floor.source == "default":
+        return f"noise floor: {100 * floor.machine_floor:.1f}% ({floor.warnings[0]})"
     if floor.source != "calibration":
         return f"noise floor: {100 * floor.machine_floor:.1f}% (set by {floor.source})"
     return (

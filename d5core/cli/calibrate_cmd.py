@@ -124,6 +124,13 @@ def calibrate(
     out = console()
     out.print(table)
     ident = result.identity
+    if result.busy:
+        click.echo(
+            f"d5: warning: other work competed for the CPU while calibrating "
+            f"({result.busy[0]}): this calibration is stored but not used as the noise "
+            "floor; run 'd5 calibrate' again when the machine is quiet",
+            err=True,
+        )
     out.print(
         f"machine noise floor: {_pct(result.machine_floor)} (the largest of the workloads); "
         f"stored as run {result.run_id} for {ident.get('cpu_model')}, "

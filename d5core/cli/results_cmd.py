@@ -589,7 +589,8 @@ def _calibrated_floor(store: ResultsStore, runs: Sequence[RunRecord]) -> dict[st
     ]  # fmt: skip
     if missing:
         notes.append(
-            f"no calibration is stored for machine {', '.join(missing)}: using d5's default "
+            f"no calibration taken on a quiet machine is stored for machine "
+            f"{', '.join(missing)}: using d5's default "
             f"noise floor of {DEFAULT_MIN_EFFECT:.1%} (run 'd5 calibrate' to measure it, "
             f"or set {NOISE_FLOOR_ENV})"
         )

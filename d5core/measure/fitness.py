@@ -39,6 +39,7 @@ __all__ = [
     "CpuTimes",
     "MachineState",
     "assess",
+    "competition",
     "snapshot",
 ]
 
@@ -380,6 +381,16 @@ def _thread_warnings(state: MachineState, cores: int, crowded: bool) -> list[str
                 "will share cores and wait for each other"
             )
     return out
+
+
+def competition(
+    before: MachineState, after: MachineState, cores: int | None = None
+) -> list[str]:
+    """The warnings of :func:`assess` that say other work competed for the CPU between
+    two snapshots (other processes, the load average where those cannot be read, steal
+    time); empty when the cores were the measurement's own."""
+    n = cores or after.cores or before.cores or os.cpu_count() or 1
+    return _cpu_warnings(before, after, n)
 
 
 def assess(before: MachineState, after: MachineState, cores: int | None = None) -> list[str]:

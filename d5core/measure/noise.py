@@ -47,7 +47,7 @@ from numpy.typing import ArrayLike
 from d5core.environment import THREAD_VARS
 from d5core.errors import CheckFailed, UsageError
 from d5core.measure.engine import MeasureOptions
-from d5core.measure.fitness import assess, snapshot
+from d5core.measure.fitness import assess, competition, snapshot
 from d5core.measure.invocations import Invocations, Job, RoundRecord, run_invocations
 from d5core.measure.nested import NestedSummary
 
@@ -204,6 +204,10 @@ class Calibration:
     invocations: Invocations
     seed: int = 0
     run_id: str | None = None
+    #: Why other work competed for the CPU while it ran (empty: the machine was quiet).
+    #: Such a calibration measures the neighbours of the moment, not the machine: it is
+    #: stored, and never used as the noise floor.
+    busy: list[str] = field(default_factory=list)
 
     @property
     def floors(self) -> dict[str, float]:
@@ -221,6 +225,7 @@ class Calibration:
             "floors": self.floors,
             "workloads": [w.to_json() for w in self.workloads],
             "warnings": list(self.warnings),
+            "busy": list(self.busy),
             "run_id": self.run_id,
             "seed": self.seed,
             "stopped_by": self.invocations.stopped_by,
@@ -282,6 +287,7 @@ def calibrate(
         machine_floor=max(floors),
         processes=len(runs.rounds),
         warnings=assess(before, after, len(cpus) if cpus else None),
+        busy=competition(before, after, len(cpus) if cpus else None),
         fitness={"before": before.to_json(), "after": after.to_json()},
         invocations=runs,
         seed=seed,
@@ -303,6 +309,7 @@ def store_calibration(store: ResultsStore, calibration: Calibration) -> str:
         "machine_floor": calibration.machine_floor,
         "floors": calibration.floors,
         "warnings": calibration.warnings,
+        "busy": calibration.busy,
         "fitness": calibration.fitness,
         "options": calibration.invocations.options.to_json(),
         "env": calibration.invocations.env,
@@ -351,8 +358,12 @@ class NoiseFloor:
     processes: int
     brief: bool
     warnings: list[str] = field(default_factory=list)
-    #: Where the floor comes from: ``"calibration"``, or :data:`NOISE_FLOOR_ENV`.
+    #: Where the floor comes from: ``"calibration"``, :data:`NOISE_FLOOR_ENV`, or
+    #: ``"default"`` (d5's default minimum effect, when the only recent calibration ran on
+    #: a busy machine; :attr:`warnings` says so).
     source: str = "calibration"
+    #: Why the calibration's machine was busy (see :attr:`Calibration.busy`).
+    busy: list[str] = field(default_factory=list)
 
     @property
     def age_days(self) -> float:
@@ -377,6 +388,7 @@ def _from_run(run: RunRecord) -> NoiseFloor | None:
             processes=int(cfg.get("processes", 0)),
             brief=bool(cfg.get("brief", False)),
             warnings=[str(w) for w in cfg.get("warnings") or []],
+            busy=[str(w) for w in cfg.get("busy") or []],
         )
     except (KeyError, TypeError, ValueError):
         return None  # not a calibration this version of d5 wrote
@@ -386,21 +398,46 @@ def noise_floor(
     store: ResultsStore,
     fingerprint: str | None = None,
     max_age_days: float | None = DEFAULT_MAX_AGE_DAYS,
+    *,
+    include_busy: bool = False,
 ) -> NoiseFloor | None:
     """The newest complete calibration of the machine ``fingerprint`` (this one by
     default) in ``store``; ``None`` when there is none, or the newest is older than
-    ``max_age_days`` (``None``: any age)."""
+    ``max_age_days`` (``None``: any age). Calibrations taken while other work competed
+    for the CPU are passed over unless ``include_busy``."""
     wanted = fingerprint if fingerprint is not None else machine_fingerprint()
     for run in store.list_runs(kind=CALIBRATION_KIND):
         if run.status != "complete" or run.config.get("fingerprint") != wanted:
             continue
         found = _from_run(run)
-        if found is None:
+        if found is None or (found.busy and not include_busy):
             continue
         if max_age_days is not None and found.age_days > max_age_days:
             return None
         return found
     return None
+
+
+def _default_for(busy: NoiseFloor) -> NoiseFloor:
+    """d5's default floor, standing in while the only recent calibration ran busy."""
+    from d5core.measure.compare import DEFAULT_MIN_EFFECT
+
+    return NoiseFloor(
+        fingerprint=busy.fingerprint,
+        machine_floor=DEFAULT_MIN_EFFECT,
+        floors={},
+        created=busy.created,
+        run_id=busy.run_id,
+        processes=busy.processes,
+        brief=busy.brief,
+        warnings=[
+            f"calibration {busy.run_id} ran on a busy machine ({busy.busy[0]}), so it is "
+            f"not used; d5's default of {DEFAULT_MIN_EFFECT:.0%} stands in until "
+            "'d5 calibrate' runs on a quiet machine"
+        ],
+        source="default",
+        busy=list(busy.busy),
+    )
 
 
 #: Environment variable that sets the machine's noise floor instead of a calibration
@@ -461,9 +498,10 @@ def ensure_noise_floor(
     if override is not None:
         return _overridden(override)
     fingerprint = machine_fingerprint()
-    found = noise_floor(store, fingerprint, max_age_days)
+    found = noise_floor(store, fingerprint, max_age_days, include_busy=True)
     if found is not None:
-        return found
+        quiet = found if not found.busy else noise_floor(store, fingerprint, max_age_days)
+        return quiet if quiet is not None else _default_for(found)
     if on_status is not None:
         older = noise_floor(store, fingerprint, None)
         why = (
@@ -477,6 +515,6 @@ def ensure_noise_floor(
         )
     calibration = calibrate(processes=processes, brief=True, cpus=cpus)
     store_calibration(store, calibration)
-    stored = noise_floor(store, fingerprint, None)
+    stored = noise_floor(store, fingerprint, None, include_busy=True)
     assert stored is not None  # just written
-    return stored
+    return _default_for(stored) if stored.busy else stored

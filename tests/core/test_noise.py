@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from d5core.cli.app import run
+from d5core.measure import noise as noise_mod
 from d5core.measure.noise import (
     CALIBRATION_KIND,
     ensure_noise_floor,
@@ -18,9 +19,16 @@ from d5core.measure.noise import (
     machine_identity,
     noise_floor,
     shamos_log_spread,
+    store_calibration,
 )
 from d5core.plugins import PluginManager
 from d5core.results import ResultsStore
+
+
+def _quiet(patch: pytest.MonkeyPatch, busy: list[str] | None = None) -> None:
+    """Whatever else runs on this machine, calibrations here count as quiet (or as busy
+    for the reason given): the policy under test, not the neighbours, decides."""
+    patch.setattr(noise_mod, "competition", lambda *args, **kwargs: list(busy or []))
 
 
 def _open(db) -> ResultsStore:
@@ -56,7 +64,12 @@ def calibrated(tmp_path_factory):
     """One real calibration through the command line (3 brief processes), as JSON."""
     db = tmp_path_factory.mktemp("calibrate") / "results.sqlite"
     out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+    with (
+        pytest.MonkeyPatch.context() as patch,
+        contextlib.redirect_stdout(out),
+        contextlib.redirect_stderr(err),
+    ):
+        _quiet(patch)
         code = run(["calibrate", "--processes", "3", "--brief", "--json", "--db", str(db)])
     assert code == 0, err.getvalue()
     return db, json.loads(out.getvalue()), err.getvalue()
@@ -111,7 +124,10 @@ def test_noise_floor_reads_the_latest_fresh_calibration_of_this_machine(calibrat
         assert len(store.list_runs(kind=CALIBRATION_KIND)) == 1
 
 
-def test_the_first_time_a_machine_is_seen_a_brief_calibration_runs(tmp_path) -> None:
+def test_the_first_time_a_machine_is_seen_a_brief_calibration_runs(
+    tmp_path, monkeypatch
+) -> None:
+    _quiet(monkeypatch)
     told = []
     with _open(tmp_path / "results.sqlite") as store:
         found = ensure_noise_floor(store, processes=3, on_status=told.append)
@@ -133,3 +149,41 @@ def test_calibrate_prints_a_table_and_refuses_too_few_processes(d5_cli, tmp_path
     )
     result = d5_cli("calibrate", "--cpus", "4096", "--db", str(tmp_path / "r.sqlite"))
     assert result.exit_code == 2 and "CPU 4096 is not available to d5" in result.stderr
+
+
+BUSY = "other processes used 61% of the CPU while measuring (more than 10%)"
+
+
+def test_a_calibration_taken_on_a_busy_machine_is_stored_but_never_the_floor(
+    tmp_path, monkeypatch
+) -> None:
+    from d5core.measure.compare import DEFAULT_MIN_EFFECT
+
+    _quiet(monkeypatch, [BUSY])
+    with _open(tmp_path / "results.sqlite") as store:
+        first = ensure_noise_floor(store, processes=3)
+        (run,) = store.list_runs(kind=CALIBRATION_KIND)
+        assert run.config["busy"] == [BUSY]
+        assert noise_floor(store) is None
+        assert noise_floor(store, include_busy=True).run_id == run.id
+        assert first.source == "default" and first.machine_floor == DEFAULT_MIN_EFFECT
+        assert BUSY in first.warnings[0] and "d5 calibrate" in first.warnings[0]
+
+        # Not calibrated again while the busy one is recent: the default stands in.
+        def refuse(**kwargs):
+            raise AssertionError("calibrated again")
+
+        monkeypatch.setattr(noise_mod, "calibrate", refuse)
+        again = ensure_noise_floor(store, processes=3)
+        assert again.source == "default" and again.run_id == run.id
+
+
+def test_a_quiet_calibration_wins_over_a_newer_busy_one(tmp_path, monkeypatch) -> None:
+    with _open(tmp_path / "results.sqlite") as store:
+        _quiet(monkeypatch)
+        quiet = ensure_noise_floor(store, processes=3)
+        _quiet(monkeypatch, [BUSY])
+        store_calibration(store, noise_mod.calibrate(processes=3, brief=True))
+        assert len(store.list_runs(kind=CALIBRATION_KIND)) == 2
+        found = ensure_noise_floor(store, processes=3)
+        assert found.source == "calibration" and found.run_id == quiet.run_id
