@@ -26,6 +26,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 from scipy import stats as _st
 
+from d5core.measure.compare import judge
 from d5core.measure.stats import median_ci
 
 __all__ = [
@@ -309,15 +310,6 @@ def _t_test(
     return p, mean - half, mean + half
 
 
-def _judge(change: str, lower_is_better: bool | None) -> str:
-    """The verdict on a change, as :func:`d5core.measure.compare.compare` gives it."""
-    if change == "none":
-        return "same"
-    if lower_is_better is None:
-        return "changed"
-    return "better" if (change == "lower") == lower_is_better else "worse"
-
-
 def _pct(x: float) -> str:
     return f"{100.0 * x:.1f}%"
 
@@ -478,6 +470,6 @@ def compare_nested(
         enough_processes=enough,
         method=method,
         change=change,
-        verdict=_judge(change, lower_is_better),
+        verdict=judge(change, lower_is_better),
         reason=verdict.reason,
     )
