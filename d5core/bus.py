@@ -14,7 +14,9 @@ constant               name                 published when / payload
 ``OP_BACKWARD``        ``op.backward``      an operator's backward pass (span)
 ``GRAPH_NODE``         ``graph.node``       one node of a network executed (span)
 ``TRAIN_STEP``         ``train.step``       one optimisation step (span); ``batch_size``
-``TRAIN_EPOCH``        ``train.epoch``      one epoch (span); ``epoch``
+``TRAIN_EPOCH``        ``train.epoch``      one epoch (span); ``epoch``; ``correct`` and
+                                            ``count`` of the epoch when training accuracy
+                                            was counted on the device
 ``TEST_PASS``          ``test.pass``        one pass over the test set; ``accuracy``, ...
 ``COMM_CALL``          ``comm.call``        one communication call; ``bytes_sent``,
                                             ``bytes_received``
@@ -37,7 +39,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from d5core.plugins.manager import HookOutcome, PluginManager
@@ -80,6 +82,7 @@ BEGIN = ".begin"
 END = ".end"
 
 _clock = time.perf_counter_ns
+_T = TypeVar("_T")
 
 
 @dataclass(slots=True)
@@ -196,7 +199,16 @@ class MetricBus:
     the first time that callback fails.
     """
 
-    __slots__ = ("_all", "_errors", "_everyone", "_lock", "_named", "_routes", "_spans")
+    __slots__ = (
+        "_all",
+        "_errors",
+        "_everyone",
+        "_lock",
+        "_named",
+        "_routes",
+        "_shared",
+        "_spans",
+    )
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -209,6 +221,8 @@ class MetricBus:
         # span name -> its route, for spans with a subscriber to NAME.begin or NAME.end.
         self._spans: dict[str, _SpanRoute] = {}
         self._errors: dict[int, SubscriberError] = {}
+        # key -> an object that several subscribers share (see shared()).
+        self._shared: dict[str, Any] = {}
 
     # -- subscribing --------------------------------------------------------
 
@@ -273,6 +287,20 @@ class MetricBus:
     ) -> _SpanRoute:
         begin, end = name + BEGIN, name + END
         return begin, routes.get(begin, everyone), end, routes.get(end, everyone)
+
+    def shared(self, key: str, make: Callable[[], _T]) -> _T:
+        """The object kept on this bus under ``key``, made by ``make()`` on first use.
+
+        For a subscriber that several metrics share, so that an event is delivered to
+        one callback however many metrics read it. ``make`` must not subscribe (the
+        object subscribes itself later, when it is first used).
+        """
+        found = self._shared.get(key)
+        if found is None:
+            made = make()
+            with self._lock:
+                found = self._shared.setdefault(key, made)
+        return found  # type: ignore[no-any-return]
 
     def wants(self, name: str) -> bool:
         """Whether anybody listens to ``name`` (to skip building an expensive payload)."""

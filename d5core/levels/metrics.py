@@ -62,11 +62,14 @@ class Metric(ABC):
             except Exception as exc:
                 self.problems.append(f"unsubscribing raised {_one_line(exc)}")
 
-    def listen(self, bus: Any, event: str, callback: Callable[[Any], None]) -> None:
+    def listen(self, bus: Any, event: str, callback: Callable[[Any], None]) -> Callable[[], None]:
         """Subscribe ``callback`` to ``event`` on ``bus``, isolating its failures.
 
         An exception raised by ``callback`` is recorded in :attr:`problems` (once per
         distinct message) and never reaches the code that published the event.
+
+        :return: a function that undoes this one subscription early (:meth:`detach`
+            undoes it too; undoing twice is harmless).
         """
 
         def guarded(ev: Any) -> None:
@@ -77,8 +80,13 @@ class Metric(ABC):
                 if message not in self.problems:
                     self.problems.append(message)
 
-        unsubscribe = bus.subscribe(event, guarded)
-        self.__dict__.setdefault("_unsubscribers", []).append(unsubscribe)
+        unsubscribe: Callable[[], None] = bus.subscribe(event, guarded)
+        self.on_detach(unsubscribe)
+        return unsubscribe
+
+    def on_detach(self, undo: Callable[[], Any]) -> None:
+        """Have :meth:`detach` call ``undo`` (for a subscription not made by :meth:`listen`)."""
+        self.__dict__.setdefault("_unsubscribers", []).append(undo)
 
     @property
     def problems(self) -> list[str]:

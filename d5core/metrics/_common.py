@@ -9,14 +9,19 @@ from typing import Any, TypeGuard
 from d5core.bus import TRAIN_EPOCH, TRAIN_STEP
 from d5core.levels.metrics import Metric, MetricResult
 
+#: What a metric hands the step feed: called with a finished event, its step and epoch.
+StepHandler = Callable[[Any, int, int], None]
+
 __all__ = [
     "RUN_END",
     "RUN_START",
     "Progress",
+    "StepFeed",
     "accuracy_of",
     "batch_size_of",
     "block_size_of",
     "completion_events",
+    "counts_of",
     "duration_s",
     "finish",
     "json_number",
@@ -100,6 +105,14 @@ def accuracy_of(payload: Mapping[str, Any], key: str = "accuracy") -> tuple[floa
     return float(value), weight
 
 
+def counts_of(payload: Mapping[str, Any]) -> tuple[float, float] | None:
+    """``(correct, count)`` from a payload that has both (``count`` positive), else ``None``."""
+    correct, count = payload.get("correct"), payload.get("count")
+    if _is_number(correct) and _is_number(count) and count > 0:
+        return float(correct), float(count)
+    return None
+
+
 def _is_number(value: Any) -> TypeGuard[int | float]:
     kind = type(value)
     if kind is int or kind is float:  # the common case, decided without isinstance
@@ -162,8 +175,10 @@ class Progress:
     def on_step(self, event: Any) -> tuple[int, int]:
         """Count a finished step; return its ``(step, epoch)``."""
         payload = payload_of(event)
-        self.step = _int_or(payload.get("step"), self.steps_done)
-        self.epoch = _int_or(payload.get("epoch"), self.epochs_done)
+        step, epoch = payload.get("step"), payload.get("epoch")
+        # plain ints, as the trainer publishes them, need no checking (once per step)
+        self.step = step if type(step) is int else _int_or(step, self.steps_done)
+        self.epoch = epoch if type(epoch) is int else _int_or(epoch, self.epochs_done)
         self.steps_done += 1
         return self.step, self.epoch
 
@@ -181,3 +196,97 @@ class Progress:
             int(step) if _is_number(step) and math.isfinite(step) else self.step,
             _int_or(payload.get("epoch"), self.epoch),
         )
+
+
+class StepFeed:
+    """The one subscriber of finished steps and epochs that the built-in metrics share.
+
+    Every metric that reads ``train.step`` completions (the loss curve, training
+    accuracy, throughput, the step times) or only needs to know where training is (the
+    test accuracies, time to accuracy) joins the feed of its bus instead of subscribing
+    on its own: each finished step is then delivered to one callback, which reads the
+    step and epoch once (:attr:`progress`, shared) and calls the handlers of the metrics
+    that want every step. A metric that only needs the position joins without a
+    handler and costs nothing per step. A handler that raises is isolated as with
+    :meth:`Metric.listen`: the failure is recorded in that metric's ``problems``.
+
+    :attr:`progress` counts the steps and epochs seen since the feed was first joined
+    on its bus (payloads with ``step`` and ``epoch``, as the trainer's, are believed).
+    """
+
+    #: The key of the feed on its bus (:meth:`d5core.bus.MetricBus.shared`).
+    KEY = "d5.metrics.step_feed"
+
+    def __init__(self, bus: Any) -> None:
+        self.bus = bus
+        self.progress = Progress()
+        self._members: list[tuple[object, Metric, StepHandler | None, StepHandler | None]] = []
+        self._on_steps: tuple[tuple[Metric, StepHandler], ...] = ()
+        self._on_epochs: tuple[tuple[Metric, StepHandler], ...] = ()
+        self._unsubscribe: list[Callable[[], None]] = []
+
+    @classmethod
+    def of(cls, bus: Any) -> StepFeed:
+        """The feed of ``bus``, made on first use."""
+        feed: StepFeed = bus.shared(cls.KEY, lambda: cls(bus))
+        return feed
+
+    def join(
+        self,
+        metric: Metric,
+        on_step: StepHandler | None = None,
+        on_epoch: StepHandler | None = None,
+    ) -> Progress:
+        """Add ``metric``; its :meth:`~Metric.detach` takes it out again.
+
+        :param on_step: called with each finished step's event, step and epoch.
+        :param on_epoch: called with each finished epoch's event, the last step and
+            the epoch, after :attr:`progress` counted it.
+        :return: the shared :attr:`progress`.
+        """
+        token = object()
+        self._members.append((token, metric, on_step, on_epoch))
+        self._rebuild()
+        if not self._unsubscribe:
+            for name in completion_events(TRAIN_STEP):
+                self._unsubscribe.append(self.bus.subscribe(name, self._on_step))
+            for name in completion_events(TRAIN_EPOCH):
+                self._unsubscribe.append(self.bus.subscribe(name, self._on_epoch))
+        metric.on_detach(lambda: self._leave(token))
+        return self.progress
+
+    def _leave(self, token: object) -> None:
+        self._members = [m for m in self._members if m[0] is not token]
+        self._rebuild()
+        if not self._members:
+            unsubscribe, self._unsubscribe = self._unsubscribe, []
+            for undo in unsubscribe:
+                undo()
+
+    def _rebuild(self) -> None:
+        self._on_steps = tuple((m, f) for _, m, f, _ in self._members if f is not None)
+        self._on_epochs = tuple((m, f) for _, m, _, f in self._members if f is not None)
+
+    def _on_step(self, event: Any) -> None:
+        step, epoch = self.progress.on_step(event)
+        for metric, handler in self._on_steps:
+            try:
+                handler(event, step, epoch)
+            except Exception as exc:
+                _record(metric, event, exc)
+
+    def _on_epoch(self, event: Any) -> None:
+        progress = self.progress
+        progress.on_epoch(event)
+        for metric, handler in self._on_epochs:
+            try:
+                handler(event, progress.step if progress.step is not None else -1, progress.epoch)
+            except Exception as exc:
+                _record(metric, event, exc)
+
+
+def _record(metric: Metric, event: Any, exc: Exception) -> None:
+    """Record a failed handler in ``metric``'s problems, as :meth:`Metric.listen` does."""
+    message = f"handling {getattr(event, 'name', '?')!r} raised {one_line(exc)}"
+    if message not in metric.problems:
+        metric.problems.append(message)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
 from d5core.bus import TEST_PASS, TRAIN_STEP
@@ -11,8 +11,10 @@ from d5core.levels.metrics import Metric, MetricResult
 from d5core.metrics._common import (
     RUN_START,
     Progress,
+    StepFeed,
     accuracy_of,
     completion_events,
+    counts_of,
     duration_s,
     finish,
     payload_of,
@@ -28,25 +30,37 @@ class TrainingAccuracy(Metric):
     ``count`` when present). Steps are pooled per epoch (``correct / count`` over the
     epoch); ``value`` is the accuracy of the last epoch. The model changes during an
     epoch, so this is a running estimate, not the accuracy of the final model.
+
+    Steps whose payload has no accuracy may have it counted for the whole epoch: the
+    trainer's native path counts correct predictions on the device and publishes the
+    epoch's ``correct`` and ``count`` with the end of ``train.epoch`` (one device sync
+    per epoch instead of one per step). Such an epoch counts as its steps pooled.
     """
 
     name: ClassVar[str] = "training_accuracy"
     unit: ClassVar[str] = "fraction"
     better: ClassVar[str] = "higher"
+    #: The trainer's native path counts correct predictions only for a run with a
+    #: metric that reads them (a device count costs time even without a sync).
+    reads_correct: ClassVar[bool] = True
 
     def __init__(self) -> None:
         self.progress = Progress()
         # epoch -> [sum of accuracy * weight, sum of weights, steps]
         self.epochs: dict[int, list[float]] = {}
         self.steps_without_accuracy = 0
+        # epoch -> steps without an accuracy, until its end says whether it has one
+        self._pending: dict[int, int] = {}
 
     def attach(self, bus: Any) -> None:
-        self.progress.attach(self, bus, self._on_step)
+        self.progress = StepFeed.of(bus).join(self, self._on_step, self._on_epoch)
 
     def _on_step(self, event: Any, _step: int, epoch: int) -> None:
-        found = accuracy_of(payload_of(event))
+        payload = payload_of(event)
+        found = accuracy_of(payload) if "correct" in payload or "accuracy" in payload else None
         if found is None:
-            self.steps_without_accuracy += 1
+            pending = self._pending
+            pending[epoch] = pending.get(epoch, 0) + 1
             return
         accuracy, weight = found
         tally = self.epochs.setdefault(epoch, [0.0, 0.0, 0])
@@ -54,12 +68,24 @@ class TrainingAccuracy(Metric):
         tally[1] += weight
         tally[2] += 1
 
+    def _on_epoch(self, event: Any, _step: int, epoch: int) -> None:
+        """The epoch's ``correct`` and ``count`` cover its steps that had no accuracy."""
+        steps = self._pending.pop(epoch, 0)
+        counts = counts_of(payload_of(event))
+        if counts is None:
+            self.steps_without_accuracy += steps
+            return
+        tally = self.epochs.setdefault(epoch, [0.0, 0.0, 0])
+        tally[0] += counts[0]
+        tally[1] += counts[1]
+        tally[2] += steps
+
     def result(self) -> MetricResult:
+        without = self.steps_without_accuracy + sum(self._pending.values())
         if not self.epochs:
             why = (
-                f"{self.steps_without_accuracy} train.step events carried no correct/count "
-                f"or accuracy"
-                if self.steps_without_accuracy
+                f"{without} train.step events carried no correct/count or accuracy"
+                if without
                 else "no train.step event was published"
             )
             return finish(self, self.unavailable(why))
@@ -70,8 +96,8 @@ class TrainingAccuracy(Metric):
         out: MetricResult = {"value": per_epoch[-1]["accuracy"], "unit": self.unit}
         out["epoch"] = per_epoch[-1]["epoch"]
         out["per_epoch"] = per_epoch
-        if self.steps_without_accuracy:
-            out["steps_without_accuracy"] = self.steps_without_accuracy
+        if without:
+            out["steps_without_accuracy"] = without
         return finish(self, out)
 
 
@@ -88,7 +114,7 @@ class _TestPasses(Metric):
         self.passes_without_value = 0
 
     def attach(self, bus: Any) -> None:
-        self.progress.attach(self, bus)
+        self.progress = StepFeed.of(bus).join(self)
         for name in completion_events(TEST_PASS):
             self.listen(bus, name, self._on_test)
 
@@ -186,16 +212,27 @@ class TimeToAccuracy(_TestPasses):
         self.mode = mode
         self.start_ns: int | None = None
         self.reached: dict[str, Any] | None = None
+        self._touches: list[Callable[[], None]] = []
 
     def attach(self, bus: Any) -> None:
         super().attach(bus)
-        for name in (RUN_START, f"{TRAIN_STEP}.begin", f"{TEST_PASS}.begin"):
+        if self.start_ns is not None:
+            return  # attached again after the clock started: nothing left to touch
+        touches = [
             self.listen(bus, name, self._on_first_touch)
-        self.listen(bus, TRAIN_STEP, self._on_completion)
+            for name in (RUN_START, f"{TRAIN_STEP}.begin", f"{TEST_PASS}.begin")
+        ]
+        touches.append(self.listen(bus, TRAIN_STEP, self._on_completion))
+        self._touches = touches
 
     def _touch(self, t_ns: int) -> None:
         if self.start_ns is None or t_ns < self.start_ns:
             self.start_ns = t_ns
+        # Only the first touch counts: stop listening for more, so that steps publish
+        # no begin event for it (unsubscribing during a delivery is safe on the bus).
+        touches, self._touches = self._touches, []
+        for undo in touches:
+            undo()
 
     def _on_first_touch(self, event: Any) -> None:
         if self.start_ns is None:

@@ -9,6 +9,7 @@ from d5core.bus import TEST_PASS
 from d5core.levels.metrics import Metric, MetricResult
 from d5core.metrics._common import (
     Progress,
+    StepFeed,
     accuracy_of,
     completion_events,
     finish,
@@ -51,7 +52,7 @@ class LossCurve(Metric):
         self.steps_without_loss = 0
 
     def attach(self, bus: Any) -> None:
-        self.progress.attach(self, bus, self._on_step)
+        self.progress = StepFeed.of(bus).join(self, self._on_step)
         for name in completion_events(TEST_PASS):
             self.listen(bus, name, self._on_test)
 
@@ -65,10 +66,12 @@ class LossCurve(Metric):
             }
 
     def _on_step(self, event: Any, step: int, epoch: int) -> None:
-        loss = _as_float(payload_of(event).get("loss"))
-        if loss is None:
-            self.steps_without_loss += 1
-            return
+        loss = payload_of(event).get("loss")
+        if type(loss) is not float:  # a Python float, as the trainer's, is taken as it is
+            loss = _as_float(loss)
+            if loss is None:
+                self.steps_without_loss += 1
+                return
         self.curve.append((step, epoch, loss))
         if not math.isfinite(loss):
             self._diverged("train", step, epoch, loss)

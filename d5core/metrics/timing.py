@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -11,6 +11,7 @@ from d5core.bus import TRAIN_STEP
 from d5core.levels.metrics import Metric, MetricResult
 from d5core.measure.stats import harmonic_mean, summarize
 from d5core.metrics._common import (
+    StepFeed,
     batch_size_of,
     block_size_of,
     completion_events,
@@ -32,6 +33,16 @@ def _summary(samples: Sequence[float]) -> dict[str, Any] | str:
     return summary
 
 
+def _attach(metric: Metric, bus: Any, event: str, on_event: Callable[..., None]) -> None:
+    """Subscribe ``on_event`` to the completions of ``event``: through the shared step
+    feed for ``train.step`` (one subscriber for every per-step metric), else directly."""
+    if event == TRAIN_STEP:
+        StepFeed.of(bus).join(metric, on_event)
+        return
+    for name in completion_events(event):
+        metric.listen(bus, name, on_event)
+
+
 class _Durations(Metric):
     """Collects per-call durations of one event after skipping ``warmup`` occurrences.
 
@@ -48,10 +59,9 @@ class _Durations(Metric):
         self.without_duration = 0
 
     def attach(self, bus: Any) -> None:
-        for name in completion_events(self.event):
-            self.listen(bus, name, self._on_event)
+        _attach(self, bus, self.event, self._on_event)
 
-    def _on_event(self, event: Any) -> None:
+    def _on_event(self, event: Any, _step: int = 0, _epoch: int = 0) -> None:
         payload = payload_of(event)
         if not matches(payload, self.where):
             return
@@ -189,15 +199,20 @@ class Throughput(Metric):
         self.incomplete = 0
 
     def attach(self, bus: Any) -> None:
-        for name in completion_events(self.event):
-            self.listen(bus, name, self._on_event)
+        _attach(self, bus, self.event, self._on_event)
 
-    def _on_event(self, event: Any) -> None:
+    def _on_event(self, event: Any, _step: int = 0, _epoch: int = 0) -> None:
         payload = payload_of(event)
-        if not matches(payload, self.where):
+        if self.where and not matches(payload, self.where):
             return
-        seconds = duration_s(event)
-        batch = batch_size_of(payload, self.batch_key)
+        ns = payload.get("duration_ns")
+        # plain ints, as the trainer publishes them, need no checking (once per step)
+        seconds = ns / 1e9 if type(ns) is int else duration_s(event)
+        size = payload.get("batch_size") if self.batch_key is None else None
+        if type(size) is int and size >= 0:
+            batch: float | None = float(size)
+        else:
+            batch = batch_size_of(payload, self.batch_key)
         if batch is None:
             batch = self.batch_size
         if seconds is None or batch is None or seconds <= 0:
@@ -205,7 +220,8 @@ class Throughput(Metric):
         elif self.skipped_warmup < self.warmup:
             self.skipped_warmup += 1
         else:
-            self.steps.append((batch * block_size_of(payload), seconds))
+            block = 1 if "block_size" not in payload else block_size_of(payload)
+            self.steps.append((batch * block, seconds))
 
     def result(self) -> MetricResult:
         counts: dict[str, Any] = {

