@@ -2,7 +2,8 @@
 
 Plugins with conflicting pins never share an environment here: each ``plugin`` session
 installs d5core and that one plugin. ``make test`` runs every session and then sums the
-JUnit reports written to ``.reports/``.
+JUnit reports written to ``.reports/`` (``.ci/junit_summary.py``), where a skip for a
+module that the session has installed counts as a failure.
 """
 
 from __future__ import annotations
@@ -31,8 +32,12 @@ nox.options.error_on_external_run = True
 
 def pytest(session: nox.Session, name: str, *args: str) -> None:
     """Run pytest, writing a JUnit report; an empty collection (exit 5) is reported, not
-    mistaken for a crash, and the summary of ``make test`` counts it as zero tests."""
+    mistaken for a crash, and the summary of ``make test`` counts it as zero tests.
+
+    Next to the report goes the list of modules importable in the session
+    (``<name>.modules.txt``): the summary fails a skip for a module the session has."""
     REPORTS.mkdir(exist_ok=True)
+    session.run("python", str(ROOT / ".ci" / "lane_modules.py"), f"{REPORTS / name}.modules.txt")
     code = session.run(
         "pytest",
         "-q",
@@ -64,9 +69,26 @@ def plugin(session: nox.Session, plugin: str) -> None:
 
 @nox.session
 def example(session: nox.Session) -> None:
-    """The example third-party plugin and the plugin template, as their authors test them."""
-    session.install("-e", ".", "./tests/example_plugin[test]", "./docs/plugins/template[test]")
-    pytest(session, "example", "tests/example_plugin/tests", "docs/plugins/template/tests")
+    """The plugins of docs/plugins (the template and the worked example) and the example
+    third-party plugin, as their authors test them next to d5's reference backend; and the
+    code that docs/plugins shows (tests/docs)."""
+    session.install(
+        "-e",
+        ".",
+        "-e",
+        f"plugins/{REFERENCE}",
+        "./tests/example_plugin[test]",
+        "./docs/plugins/template[test]",
+        "./docs/plugins/worked_example[test]",
+    )
+    pytest(
+        session,
+        "example",
+        "tests/example_plugin/tests",
+        "docs/plugins/template/tests",
+        "docs/plugins/worked_example/tests",
+        "tests/docs",
+    )
 
 
 @nox.session

@@ -38,6 +38,7 @@ from typing import Any
 
 from _machine import load, machine
 
+from d5core.cli.output import read_json
 from d5core.measure.nested import compare_nested
 from d5core.results import ResultsStore
 
@@ -63,12 +64,11 @@ def _bench(workload: str, env: dict[str, str], processes: int, factor: float = 1
     """One ``d5 bench op`` run; its run id."""
     args = ["bench", "op", *WORKLOADS[workload], "--processes", str(processes), "--json"]
     out = _d5(args, {**env, "D5_SLEEPY_FACTOR": str(factor)})
-    doc = json.loads(out)
-    return str(doc["run_id"] if isinstance(doc, dict) and "run_id" in doc else doc[0]["run_id"])
+    return str(read_json(out, "bench op")[0]["run_id"])
 
 
 def _compare(a: str, b: str, env: dict[str, str]) -> dict[str, Any]:
-    doc = json.loads(_d5(["results", "compare", a, b, "--json"], env))
+    doc = read_json(_d5(["results", "compare", a, b, "--json"], env), "results compare")
     (row,) = [r for r in doc["comparisons"] if r["metric"] == "time"]
     return {
         "baseline": a,

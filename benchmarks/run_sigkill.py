@@ -39,6 +39,8 @@ from typing import Any
 
 from _machine import load, machine
 
+from d5core.cli.output import read_json
+
 ROOT = Path(__file__).resolve().parents[1]
 D5 = str(Path(sys.executable).with_name("d5"))
 RECIPE = ROOT / "recipes" / "digits-mlp.toml"
@@ -106,7 +108,7 @@ def reference(db: Path) -> tuple[str, list[float], float]:
     )
     if out.returncode not in (0, 1):  # 1: its thresholds fail, as lr=1e-9 means
         raise RuntimeError(f"the reference run failed: {out.stderr.strip()}")
-    doc = json.loads(out.stdout)
+    (doc,) = read_json(out.stdout, "run")["runs"]
     losses = snapshot(db)[doc["run_id"]]["samples"]["loss"]
     return doc["run_id"], losses, float(doc["metrics"]["wall_time"])
 

@@ -22,6 +22,8 @@ from pathlib import Path
 
 from _machine import load, machine
 
+from d5core.cli.output import read_json
+
 ROOT = Path(__file__).resolve().parents[1]
 D5 = str(Path(sys.executable).with_name("d5"))
 RECIPES = ("digits-mlp", "synthetic-cnn")
@@ -38,8 +40,8 @@ def one(recipe: str, ranks: int, scheme: str | None, db: str) -> dict[str, objec
     row: dict[str, object] = {"recipe": recipe, "ranks": ranks, "scheme": scheme or "-",
                               "wall_s": wall, "exit": out.returncode}  # fmt: skip
     try:
-        data = json.loads(out.stdout)
-    except json.JSONDecodeError:
+        (data,) = read_json(out.stdout, "run")["runs"]
+    except ValueError:  # no JSON printed (json.JSONDecodeError is a ValueError)
         row["error"] = (out.stderr.strip().splitlines() or ["no output"])[-1]
         return row
     metrics = data.get("metrics", {})

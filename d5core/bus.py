@@ -12,12 +12,17 @@ constant               name                 published when / payload
 =====================  ===================  ================================================
 ``OP_FORWARD``         ``op.forward``       an operator's forward pass (span)
 ``OP_BACKWARD``        ``op.backward``      an operator's backward pass (span)
-``GRAPH_NODE``         ``graph.node``       one node of a network executed (span)
-``TRAIN_STEP``         ``train.step``       one optimisation step (span); ``batch_size``
+``GRAPH_NODE``         ``graph.node``       one node of a network executed (span);
+                                            ``node``, ``op_type``; backward adds ``direction``
+``TRAIN_STEP``         ``train.step``       one optimisation step (span); ``batch_size``,
+                                            ``step``, ``epoch``; the end adds ``loss``,
+                                            ``count``, ``lr`` and ``correct`` (when read)
 ``TRAIN_EPOCH``        ``train.epoch``      one epoch (span); ``epoch``; ``correct`` and
                                             ``count`` of the epoch when training accuracy
                                             was counted on the device
-``TEST_PASS``          ``test.pass``        one pass over the test set; ``accuracy``, ...
+``TEST_PASS``          ``test.pass``        one pass over the test set (span); ``step``,
+                                            ``epoch``; the end adds ``accuracy``,
+                                            ``correct``, ``count`` and ``loss``
 ``COMM_CALL``          ``comm.call``        one communication call; ``bytes_sent``,
                                             ``bytes_received``
 ``MEASURE_SAMPLE``     ``measure.sample``   one sample of the measurement engine;
@@ -25,6 +30,11 @@ constant               name                 published when / payload
                                             ``duration_ns`` (of the whole block)
 ``VALIDATION``         ``validation``       a validation check finished; its outcome
 =====================  ===================  ================================================
+
+A training run also publishes ``run.start`` when its clock starts and ``run.end``
+(``status``, ``reason``) when it stops (``RUN_START`` and ``RUN_END`` in
+:mod:`d5core.training.trainer`); docs/metrics.md lists what a metric attached to a run
+sees.
 
 ``level`` is the d5 level an event belongs to (0 operators, 1 networks, 2 training,
 3 distributed); it is carried, not interpreted, by the bus.
@@ -386,28 +396,30 @@ def use_bus(bus: MetricBus | None = None) -> Iterator[MetricBus]:
             _current = previous
 
 
-def attach_plugins(bus: MetricBus, manager: PluginManager | None = None) -> list[HookOutcome]:
-    """Let every plugin subscribe to ``bus`` through the ``d5_bus_subscribe`` hook.
+#: The key under which :func:`attach_plugins` marks a bus it attached the plugins to.
+_PLUGINS_KEY = "d5.plugins"
 
-    Each plugin is called on its own (:meth:`PluginManager.call_each`), so one that
-    raises does not stop the others; its error is in the returned outcome and is issued
-    as a :class:`RuntimeWarning`.
+
+def attach_plugins(bus: MetricBus, manager: PluginManager | None = None) -> list[HookOutcome]:
+    """Let every plugin subscribe to ``bus`` through the ``d5_bus_subscribe`` hook, once.
+
+    This is the hook's one call site. A run calls it on its bus when it starts: the
+    trainer (:class:`~d5core.training.trainer.RunClock`) on a training run's bus, a
+    ``d5 bench`` worker and a validation on the process-wide bus. A second call for the
+    same bus does nothing and returns the outcomes of the first. A plugin that raises
+    is left out and reported (a :class:`~d5core.plugins.PluginWarning`), and the others
+    subscribe.
 
     :param manager: the plugin manager; the process-wide one by default.
     :return: one outcome per plugin that implements the hook.
     """
-    if manager is None:
-        from d5core.plugins.manager import get_plugin_manager
+    attached: dict[str, list[HookOutcome]] = bus.shared(_PLUGINS_KEY, dict)
+    if "outcomes" not in attached:
+        outcomes: list[HookOutcome] = []
+        attached["outcomes"] = outcomes  # before the call: a plugin may start a run itself
+        if manager is None:
+            from d5core.plugins.manager import get_plugin_manager
 
-        manager = get_plugin_manager()
-    outcomes = manager.call_each("d5_bus_subscribe", bus=bus)
-    for out in outcomes:
-        if out.error is not None:
-            warnings.warn(
-                f"plugin {out.plugin!r} failed to subscribe to the metric bus: "
-                f"{_one_line(out.error)}",
-                RuntimeWarning,
-                stacklevel=2,
-            )
-    return outcomes
-
+            manager = get_plugin_manager()
+        outcomes.extend(manager.call_each("d5_bus_subscribe", bus=bus))
+    return attached["outcomes"]

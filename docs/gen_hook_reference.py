@@ -13,6 +13,7 @@ from pathlib import Path
 
 from d5core._version import PLUGIN_API_VERSION
 from d5core.hookspecs import PROJECT, SPEC_MODULES
+from d5core.hookspecs._markers import PROPAGATES_ATTR
 
 OUT = Path(__file__).resolve().parent / "plugins" / "hooks.md"
 
@@ -46,7 +47,10 @@ def render() -> str:
         "`python docs/gen_hook_reference.py`; do not edit by hand.",
         "",
         "Implement a hook with `@hookimpl` from `d5core.hookspecs`. An implementation may take",
-        "fewer arguments than the specification lists, never others.",
+        "fewer arguments than the specification lists, never others. An implementation that",
+        "raises is left out of the call and reported, naming the plugin and the hook, unless",
+        "the hook is marked *propagates*. How hooks are called, in which order, and how clashes",
+        "are reported: [README.md](README.md#calling-hooks).",
         "",
     ]
     for module in SPEC_MODULES:
@@ -58,6 +62,12 @@ def render() -> str:
             lines += [f"### `{name}{sig}`", ""]
             if opts.get("firstresult"):
                 lines += ["*firstresult*: the call stops at the first non-`None` result.", ""]
+            if getattr(func, PROPAGATES_ATTR, False):
+                lines += [
+                    "*propagates*: an implementation's exception ends the call and reaches "
+                    "the caller.",
+                    "",
+                ]
             lines += [_rst_to_md(inspect.getdoc(func) or ""), ""]
     return "\n".join(lines).rstrip() + "\n"
 

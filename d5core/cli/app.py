@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -74,8 +75,7 @@ class D5Group(click.Group):
             found: dict[str, click.Command] = {}
             owner: dict[str, str] = {}
             for out in get_plugin_manager().call_each("d5_cli_commands"):
-                if out.error is not None:
-                    _warn(f"plugin {out.plugin!r} could not add its commands: {out.error}")
+                if out.error is not None:  # reported by the plugin manager
                     continue
                 for cmd in out.result or ():
                     name = cmd.name or ""
@@ -164,7 +164,29 @@ def cli(debug: bool) -> None:
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of the ``d5`` command: run it and exit with its code."""
     args = list(sys.argv[1:] if argv is None else argv)
+    warnings.showwarning = _show_warning
     sys.exit(run(args))
+
+
+_python_showwarning = warnings.showwarning
+
+
+def _show_warning(message: Warning | str, category: type[Warning], *args: Any, **kw: Any) -> None:
+    """A plugin's failure or clash as one ``d5: warning:`` line; other warnings as Python
+    shows them."""
+    from d5core.plugins import PluginWarning
+
+    if issubclass(category, PluginWarning):
+        _warn(str(message))
+    else:
+        _python_showwarning(message, category, *args, **kw)
+
+
+def _trace_hook_calls() -> None:
+    """``--debug``: pluggy's trace of every hook call and its result, on standard error."""
+    from d5core.plugins import get_plugin_manager
+
+    get_plugin_manager().trace_calls(lambda text: sys.stderr.write(f"d5: hook: {text}"), width=200)
 
 
 def run(args: list[str]) -> int:
@@ -172,6 +194,8 @@ def run(args: list[str]) -> int:
     debug = _debug_wanted(args)
     try:
         _warn_plugin_selection()
+        if debug:
+            _trace_hook_calls()
         rv = cli.main(args=args, prog_name="d5", standalone_mode=False)
     except click.exceptions.Exit as exc:
         return exc.exit_code

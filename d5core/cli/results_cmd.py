@@ -2,7 +2,10 @@
 
 Every subcommand reads the database named by ``--db`` (else ``D5_DB``, else the per-user
 default) and never writes to it, except to mark runs whose process died as
-``incomplete``. ``--json`` prints machine-readable output instead of tables.
+``incomplete``. ``--json`` prints machine-readable output instead of tables
+(``docs/json.md``). The commands parse and render: the comparison of two runs is
+:mod:`d5core.results.comparison`, the table of training runs
+:mod:`d5core.results.training_table`.
 """
 
 from __future__ import annotations
@@ -20,19 +23,15 @@ from rich.markup import escape
 from rich.table import Table
 
 from d5core.cli.options import db_option, json_option
-from d5core.cli.output import console, print_json
+from d5core.cli.output import console, json_text, print_json
 from d5core.errors import CheckFailed, UsageError
-from d5core.results.load import LoadAverage, load_difference, run_load_warnings
-from d5core.results.store import MeasurementRecord, MetricRecord, ResultsStore, RunRecord
+from d5core.results.load import LoadAverage, run_load_warnings
+from d5core.results.store import MeasurementRecord, ResultsStore, RunRecord
 
 if TYPE_CHECKING:
-    from d5core.measure.nested import NestedSummary
+    from d5core.results.comparison import Comparison
 
 __all__ = ["results"]
-
-#: Format name and version written at the top of ``d5 results export --format json``.
-EXPORT_FORMAT = "d5-results-export"
-EXPORT_VERSION = 1
 
 _STATUS_STYLE = {
     "complete": "green",
@@ -309,7 +308,7 @@ def show_run(run: str, samples: bool, as_json: bool, db: Path | None) -> None:
 def _csv_rows(documents: Iterable[Mapping[str, Any]]) -> Iterable[list[Any]]:
     for doc in documents:
         run = doc["run"]
-        head = [run["id"], run["kind"], run["name"], run["status"]]
+        head = [run["run_id"], run["kind"], run["name"], run["status"]]
         for m in doc["measurements"]:
             labels = json.dumps(m["labels"], sort_keys=True)
             for i, value in enumerate(m.get("samples") or []):
@@ -353,17 +352,7 @@ def export_runs(
         documents = [store.run_document(i) for i in ids]
         path = store.path
     if fmt == "json":
-        text = json.dumps(
-            {
-                "format": EXPORT_FORMAT,
-                "version": EXPORT_VERSION,
-                "database": str(path),
-                "runs": documents,
-            },
-            indent=2,
-            default=str,
-        )
-        text += "\n"
+        text = json_text({"database": str(path), "runs": documents})
     else:
         buffer = io.StringIO()
         writer = csv.writer(buffer, lineterminator="\n")
@@ -382,38 +371,6 @@ def export_runs(
 
 
 # -- compare ---------------------------------------------------------------------------
-
-#: Samples of one (metric, labels) in one run, by worker process (``None``: not
-#: recorded), with the measurement that named them and every direction declared.
-_Group = tuple[MeasurementRecord, dict[int | None, list[float]], set[str | None]]
-
-
-def _grouped(store: ResultsStore, run_id: str) -> dict[tuple[str, str], _Group]:
-    """Samples per (metric, labels) and process: measurements repeated in one run are
-    pooled, process by process (samples of no recorded process form one process)."""
-    groups: dict[tuple[str, str], _Group] = {}
-    for m in store.measurements(run_id):
-        key = (m.metric, json.dumps(m.labels, sort_keys=True))
-        first, per_process, directions = groups.get(key, (m, {}, set()))
-        for process, values in store.samples_by_process(m.id).items():
-            per_process.setdefault(process, []).extend(values)
-        groups[key] = (first, per_process, directions | {m.better})
-    return groups
-
-
-def _brief(run: RunRecord) -> dict[str, Any]:
-    return {
-        "id": run.id,
-        "kind": run.kind,
-        "name": run.name,
-        "status": run.status,
-        "created": run.created,
-        "fingerprint": run.fingerprint,
-    }
-
-
-def _lower_is_better(better: str | None) -> bool | None:
-    return None if better is None else better == "lower"
 
 
 def _moved(change: str, unit: str) -> str:
@@ -462,160 +419,6 @@ def _verdict_text(row: Mapping[str, Any]) -> str:
     return f"{verdict}{moved}" + (f" ({note})" if note else "")
 
 
-def _side(summary: NestedSummary) -> dict[str, Any]:
-    """One side's figures: the median of process medians and its interval (between
-    processes when there are two or more, else the one process's own)."""
-    between = summary.between_known
-    return {
-        "n": summary.n_samples,
-        "processes": summary.n_processes,
-        "median": summary.median,
-        "ci_low": summary.ci_low if between else summary.within_ci_low,
-        "ci_high": summary.ci_high if between else summary.within_ci_high,
-        "ci": "between processes" if between else "within one process",
-        "between_share": summary.between_share,
-        "process_medians": summary.process_medians,
-    }
-
-
-def _compare_one(
-    first: MeasurementRecord,
-    base: Mapping[int | None, Sequence[float]],
-    cand: Mapping[int | None, Sequence[float]],
-    alpha: float,
-    floor: float,
-) -> dict[str, Any]:
-    """The verdict from the processes (:func:`compare_nested`); the within-run
-    Mann–Whitney test of the pooled samples rides along as information."""
-    from d5core.measure.compare import within_run_test
-    from d5core.measure.nested import compare_nested, summarize_nested
-
-    lower = _lower_is_better(first.better)
-    row: dict[str, Any] = {
-        "metric": first.metric,
-        "labels": dict(first.labels),
-        "unit": first.unit,
-        "better": first.better,
-        "lower_is_better": lower,
-    }
-    try:
-        sb = summarize_nested([list(v) for v in base.values()])
-        sc = summarize_nested([list(v) for v in cand.values()])
-        result = compare_nested(sb, sc, alpha=alpha, min_effect=floor, lower_is_better=lower)
-    except ValueError as exc:
-        row["error"] = " ".join(str(exc).split())
-        return row
-    p_within, delta = within_run_test(
-        [x for v in base.values() for x in v], [x for v in cand.values() for x in v]
-    )
-    row["baseline"], row["candidate"] = _side(sb), _side(sc)
-    row.update(result.to_json())
-    row["processes"] = {"baseline": sb.n_processes, "candidate": sc.n_processes}
-    row["noise_floor"] = floor
-    row["effect_size"] = delta
-    row["within_run"] = {
-        "test": "mann-whitney",
-        "p_value": p_within,
-        "effect_size": delta,
-        "note": "samples of one process are not independent runs: information only",
-    }
-    return row
-
-
-def _measurement_rows(
-    ga: Mapping[tuple[str, str], _Group],
-    gb: Mapping[tuple[str, str], _Group],
-    alpha: float,
-    floor: float,
-) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = []
-    for key, (first, values, directions) in ga.items():
-        if key not in gb:
-            continue
-        other, other_values, other_directions = gb[key]
-        problem = None
-        if first.unit != other.unit:
-            problem = f"units differ: {first.unit!r} vs {other.unit!r}"
-        elif len(directions | other_directions) > 1:
-            shown = " vs ".join(sorted(str(d) for d in directions | other_directions))
-            problem = f"the runs disagree on which direction is better: {shown}"
-        if problem is not None:
-            rows.append(
-                {"metric": first.metric, "labels": first.labels, "unit": first.unit,
-                 "error": problem}
-            )  # fmt: skip
-            continue
-        rows.append(_compare_one(first, values, other_values, alpha, floor))
-    return rows
-
-
-# -- the noise floor -----------------------------------------------------------------------
-
-
-def _run_machine(store: ResultsStore, run: RunRecord) -> str | None:
-    """The fingerprint of the machine ``run`` was measured on (``None`` if unknown)."""
-    from d5core.measure.noise import machine_fingerprint, machine_identity_of
-
-    stored = run.config.get("machine_fingerprint")
-    if isinstance(stored, str) and stored:
-        return stored
-    identity = machine_identity_of(store.environment(run.id))
-    return None if identity is None else machine_fingerprint(identity)
-
-
-def _calibrated_floor(store: ResultsStore, runs: Sequence[RunRecord]) -> dict[str, Any]:
-    """The noise floor of the runs' machines from their stored calibrations: the larger
-    where the runs come from two machines; the default where one has none."""
-    from d5core.measure.compare import DEFAULT_MIN_EFFECT
-    from d5core.measure.noise import DEFAULT_MAX_AGE_DAYS, NOISE_FLOOR_ENV, noise_floor
-
-    machines = list(dict.fromkeys(_run_machine(store, run) for run in runs))
-    found, missing, notes = [], [], []
-    for fingerprint in machines:
-        stored = None if fingerprint is None else noise_floor(store, fingerprint, None)
-        if stored is None:
-            missing.append(fingerprint or "unknown")
-            continue
-        found.append(stored)
-        if stored.age_days > DEFAULT_MAX_AGE_DAYS:
-            notes.append(
-                f"the calibration of machine {stored.fingerprint} is "
-                f"{stored.age_days:.0f} days old (run 'd5 calibrate' to measure it again)"
-            )
-    calibrations = [
-        {"fingerprint": f.fingerprint, "run_id": f.run_id, "machine_floor": f.machine_floor,
-         "age_days": f.age_days, "processes": f.processes}
-        for f in found
-    ]  # fmt: skip
-    if missing:
-        notes.append(
-            f"no calibration taken on a quiet machine is stored for machine "
-            f"{', '.join(missing)}: using d5's default "
-            f"noise floor of {DEFAULT_MIN_EFFECT:.1%} (run 'd5 calibrate' to measure it, "
-            f"or set {NOISE_FLOOR_ENV})"
-        )
-        value, source = DEFAULT_MIN_EFFECT, "default"
-    else:
-        value, source = max(f.machine_floor for f in found), "calibration"
-    return {"value": value, "source": source, "calibrations": calibrations, "notes": notes}
-
-
-def _noise_floor(
-    store: ResultsStore, runs: Sequence[RunRecord], min_effect: float | None
-) -> dict[str, Any]:
-    """The floor a comparison of ``runs`` calls changes above, and where it came from:
-    ``--min-effect``, then ``$D5_NOISE_FLOOR``, then the machines' calibrations, then
-    d5's default."""
-    from d5core.measure.noise import NOISE_FLOOR_ENV, noise_floor_override
-
-    if min_effect is not None:
-        return {"value": min_effect, "source": "--min-effect", "calibrations": [], "notes": []}
-    override = noise_floor_override()
-    if override is not None:
-        return {"value": override, "source": NOISE_FLOOR_ENV, "calibrations": [], "notes": []}
-    return _calibrated_floor(store, runs)
-
-
 def _floor_text(floor: Mapping[str, Any]) -> str:
     source = floor["source"]
     if source == "calibration":
@@ -626,72 +429,6 @@ def _floor_text(floor: Mapping[str, Any]) -> str:
     else:
         where = {"default": "d5's default, no calibration stored"}.get(source, source)
     return f"{floor['value']:.1%} ({where})"
-
-
-def _scalar_change(baseline: float, candidate: float, min_effect: float) -> str | None:
-    """``higher``, ``lower`` or ``none`` (within ``min_effect``); ``None`` for NaN."""
-    if not (math.isfinite(baseline) and math.isfinite(candidate)):
-        return None
-    if candidate == baseline or (baseline != 0.0 and abs(candidate / baseline - 1.0) <= min_effect):
-        return "none"
-    return "higher" if candidate > baseline else "lower"
-
-
-def _metric_rows(
-    store: ResultsStore, a: RunRecord, b: RunRecord, min_effect: float
-) -> tuple[list[dict[str, Any]], set[str]]:
-    """Scalar metrics found in both runs, side by side with their ratio and an untested
-    verdict (one value per run is not a sample: no significance test is possible)."""
-    from d5core.measure.compare import judge
-
-    def by_key(run: RunRecord) -> dict[tuple[str, str], MetricRecord]:
-        return {(k.name, json.dumps(k.labels, sort_keys=True)): k for k in store.metrics(run.id)}
-
-    ma, mb = by_key(a), by_key(b)
-    rows = []
-    for key, ka in ma.items():
-        if key not in mb:
-            continue
-        va, vb = ka.value, mb[key].value
-        ratio = vb / va if va not in (0.0,) and math.isfinite(va) and math.isfinite(vb) else None
-        better = ka.better if ka.better == mb[key].better else None
-        change = _scalar_change(va, vb, min_effect)
-        rows.append(
-            {
-                "name": key[0],
-                "labels": ka.labels,
-                "unit": ka.unit,
-                "better": better,
-                "baseline": None if math.isnan(va) else va,
-                "candidate": None if math.isnan(vb) else vb,
-                "ratio": ratio,
-                "change": change,
-                "verdict": None if change is None else judge(change, _lower_is_better(better)),
-                "tested": False,
-            }
-        )
-    unmatched = {k[0] for k in set(ma) ^ set(mb)}
-    return rows, unmatched
-
-
-def _load_report(a: RunRecord, b: RunRecord) -> dict[str, Any]:
-    """Both runs' load averages and a warning for each busy run and for differing loads."""
-    warnings = [
-        f"{label} {run.id}: {w}"
-        for label, run in (("baseline", a), ("candidate", b))
-        for w in run_load_warnings(run.load_start, run.load_end)
-    ]
-    differed = load_difference((a.load_start, a.load_end), (b.load_start, b.load_end))
-    if differed:
-        warnings.append(differed)
-
-    def loads(run: RunRecord) -> dict[str, Any]:
-        return {
-            "start": None if run.load_start is None else run.load_start.to_json(),
-            "end": None if run.load_end is None else run.load_end.to_json(),
-        }
-
-    return {"baseline": loads(a), "candidate": loads(b), "warnings": warnings}
 
 
 def _worse_names(rows: Sequence[Mapping[str, Any]]) -> str:
@@ -760,95 +497,33 @@ def compare_runs(
     environments, on a busy machine or under different loads are compared with a
     warning naming what differs.
     """
-    from d5core.environment import environment_differences, environment_fingerprint
-    from d5core.measure.compare import DEFAULT_MIN_EFFECT
-    from d5core.measure.nested import DEFAULT_NESTED_ALPHA, MIN_PROCESSES
+    from d5core.results.comparison import compare_runs as compare
 
-    level = DEFAULT_NESTED_ALPHA if alpha is None else alpha
-    effect = DEFAULT_MIN_EFFECT if min_effect is None else min_effect
     with _open(db) as store:
-        a, b = store.get_run(baseline), store.get_run(candidate)
-        floor = _noise_floor(store, (a, b), min_effect)
-        env_a, env_b = store.environment(a.id), store.environment(b.id)
-        ga, gb = _grouped(store, a.id), _grouped(store, b.id)
-        metric_rows, metrics_unmatched = _metric_rows(store, a, b, effect)
-
-    # Recomputed from the stored environments, so runs stored by an older d5 compare
-    # by today's rules.
-    same_env = environment_fingerprint(env_a) == environment_fingerprint(env_b)
-    differences = [] if same_env else environment_differences(env_a, env_b)
-    rows = _measurement_rows(ga, gb, level, floor["value"])
-    only_a = [{"metric": k[0], "labels": json.loads(k[1])} for k in ga if k not in gb]
-    only_b = [{"metric": k[0], "labels": json.loads(k[1])} for k in gb if k not in ga]
-    load = _load_report(a, b)
-
-    for run in (a, b):
-        if run.status != "complete":
-            _warn(f"run {run.id} is {run.status}; comparing what it stored")
-    if not same_env:
-        shown = "; ".join(differences[:4]) + ("; ..." if len(differences) > 4 else "")
-        _warn(
-            f"runs {a.id} and {b.id} were measured in different environments "
-            f"({shown or 'fingerprints differ'}); differences may come from the environment"
-        )
-    for warning in load["warnings"]:
+        comparison = compare(store, baseline, candidate, alpha=alpha, min_effect=min_effect)
+    for warning in comparison.warnings():
         _warn(warning)
-    if not rows and not metric_rows:
-        _warn(f"runs {a.id} and {b.id} have no measurement or metric in common")
-
     if as_json:
-        print_json(
-            {
-                "baseline": _brief(a),
-                "candidate": _brief(b),
-                "alpha": level,
-                "min_effect": floor["value"],
-                "metrics_min_effect": effect,
-                "noise_floor": floor,
-                "method": "welch t-test on log process medians",
-                "min_processes": MIN_PROCESSES,
-                "same_environment": same_env,
-                "environment_differences": differences,
-                "load": load,
-                "comparisons": rows,
-                "only_in_baseline": only_a,
-                "only_in_candidate": only_b,
-                "metrics": metric_rows,
-            }
-        )
+        print_json(comparison.to_json())
     else:
-        _print_comparison(
-            (a, b),
-            (level, floor, effect),
-            differences if not same_env else None,
-            load,
-            rows,
-            (only_a, only_b),
-            metric_rows,
-        )
-        if metrics_unmatched:
+        _print_comparison(comparison)
+        if comparison.metrics_unmatched:
             console().print(
-                "metrics in only one run: " + ", ".join(sorted(metrics_unmatched)),
+                "metrics in only one run: " + ", ".join(sorted(comparison.metrics_unmatched)),
                 highlight=False,
             )
-
-    worse = [r for r in rows if r.get("verdict") == "worse"]
+    worse = comparison.worse()
     if fail_if_worse and worse:
+        a, b = comparison.baseline, comparison.candidate
         raise CheckFailed(f"run {b.id} is worse than {a.id} in: {_worse_names(worse)}")
 
 
-def _print_header(
-    a: RunRecord,
-    b: RunRecord,
-    alpha: float,
-    floor: Mapping[str, Any],
-    differences: Sequence[str] | None,
-    load: Mapping[str, Any],
-) -> None:
+def _print_header(c: Comparison) -> None:
     from d5core.measure.nested import MIN_PROCESSES
 
+    differences = None if c.same_environment else c.environment_differences
     out = console()
-    for label, run in (("baseline ", a), ("candidate", b)):
+    for label, run in (("baseline ", c.baseline), ("candidate", c.candidate)):
         out.print(
             f"{label} {run.id}  {run.kind} {run.name}  ({run.status}, {_when(run.created)} "
             f"UTC); load {_load_text(run)}",
@@ -865,15 +540,15 @@ def _print_header(
         )
         for line in differences or ["(fingerprints differ)"]:
             out.print(f"  {line}", markup=False, highlight=False)
-    for warning in load["warnings"]:
+    for warning in c.load["warnings"]:
         out.print(f"WARNING: {warning}", style="bold yellow", markup=False, highlight=False)
-    for note in floor["notes"]:
+    for note in c.noise_floor["notes"]:
         out.print(f"note: {note}", markup=False, highlight=False)
     env_line = "same environment" if differences is None else "different environments"
     out.print(
         f"{env_line}; ratio = candidate / baseline of the medians of process medians; "
-        f"noise floor {_floor_text(floor)}; a verdict other than 'same' needs Welch's "
-        f"t-test on the log process medians at p < {alpha:g} (at least {MIN_PROCESSES} "
+        f"noise floor {_floor_text(c.noise_floor)}; a verdict other than 'same' needs Welch's "
+        f"t-test on the log process medians at p < {c.alpha:g} (at least {MIN_PROCESSES} "
         "processes a side) and a change above the noise floor, or, with fewer processes, "
         "a change well beyond the noise floor; better or worse by each quantity's "
         "direction (lower is better for times and losses, higher for accuracies and rates)",
@@ -882,27 +557,19 @@ def _print_header(
     )
 
 
-def _print_comparison(
-    runs: tuple[RunRecord, RunRecord],
-    levels: tuple[float, Mapping[str, Any], float],
-    differences: Sequence[str] | None,
-    load: Mapping[str, Any],
-    rows: Sequence[Mapping[str, Any]],
-    only: tuple[Sequence[Mapping[str, Any]], Sequence[Mapping[str, Any]]],
-    metric_rows: Sequence[Mapping[str, Any]],
-) -> None:
+def _print_comparison(c: Comparison) -> None:
     out = console()
-    _print_header(*runs, levels[0], levels[1], differences, load)
-    if rows:
-        out.print(_comparison_table(rows))
-    for label, items in zip(("baseline", "candidate"), only, strict=True):
+    _print_header(c)
+    if c.comparisons:
+        out.print(_comparison_table(c.comparisons))
+    for label, items in (("baseline", c.only_in_baseline), ("candidate", c.only_in_candidate)):
         if items:
             names = ", ".join(
                 m["metric"] + (f" ({_labels(m['labels'])})" if m["labels"] else "") for m in items
             )
             out.print(f"only in the {label}: {names}", markup=False, highlight=False)
-    if metric_rows:
-        out.print(_metrics_table(metric_rows, levels[2]))
+    if c.metrics:
+        out.print(_metrics_table(c.metrics, c.metrics_min_effect))
 
 
 def _ratio_text(r: Mapping[str, Any]) -> str:
@@ -970,122 +637,6 @@ def _metrics_table(metric_rows: Sequence[Mapping[str, Any]], min_effect: float) 
 
 
 # -- table -------------------------------------------------------------------------------
-
-#: Statuses whose runs trained to the end (diverged: a result, not a crash); they are
-#: summarised. Failed, incomplete and running runs are counted and shown, not summarised.
-_SUMMARISED = ("complete", "diverged")
-_EXTRA_BY_KEYS = ("recipe",)
-
-
-def _by_keys() -> list[str]:
-    """The keys ``--by`` accepts: every recipe setting, and the recipe itself."""
-    from d5core.training.recipes import ALLOWED_KEYS
-
-    return sorted({*ALLOWED_KEYS, *_EXTRA_BY_KEYS})
-
-
-def _check_by(group_by: str) -> None:
-    keys = _by_keys()
-    if group_by not in keys:
-        raise UsageError(f"--by {group_by!r} is not a recipe setting; use one of {', '.join(keys)}")
-
-
-def _setting(run: RunRecord, key: str) -> str:
-    """A run's value for ``key``: from its recipe settings, else from its config."""
-    config = run.config or {}
-    settings = config.get("settings") or {}
-    value = settings.get(key, config.get(key))
-    return "-" if value is None else str(value)
-
-
-def _run_values(store: ResultsStore, run: RunRecord) -> dict[str, float | None]:
-    """One run's time to accuracy, final test accuracy and throughput (``None``: absent).
-
-    Throughput is the run's own samples/s over the whole run, else the median of its
-    per-step rates: one value per run.
-    """
-    from d5core.results.summaries import true_median
-
-    values = {m.name: m.value for m in store.metrics(run.id) if not m.labels}
-    rate = values.get("throughput")
-    if rate is None or not math.isfinite(rate):
-        steps = [
-            v
-            for m in store.measurements(run.id)
-            if m.metric == "throughput"
-            for v in store.samples(m.id)
-            if math.isfinite(v)
-        ]
-        rate = true_median(steps) if steps else None
-
-    def finite(name: str) -> float | None:
-        value = values.get(name)
-        return value if value is not None and math.isfinite(value) else None
-
-    return {
-        "time_to_accuracy": finite("time_to_accuracy"),
-        "final_test_accuracy": finite("final_test_accuracy"),
-        "throughput": rate,
-    }
-
-
-def _has_target(run: RunRecord) -> bool:
-    settings = (run.config or {}).get("settings") or {}
-    return settings.get("target_accuracy") is not None
-
-
-def _table_row(
-    store: ResultsStore, group_by: str, key: tuple[str, str | None], members: list[RunRecord]
-) -> dict[str, Any]:
-    """One row: the runs of one recipe hash with one value of ``group_by``."""
-    from d5core.results.summaries import across_runs, range_of, time_to_accuracy_summary
-
-    statuses: dict[str, int] = {}
-    for run in members:
-        statuses[run.status] = statuses.get(run.status, 0) + 1
-    summarised = [r for r in members if r.status in _SUMMARISED]
-    values = [_run_values(store, r) for r in summarised]
-    ttas = [v["time_to_accuracy"] for v in values]
-    accs = [v["final_test_accuracy"] for v in values if v["final_test_accuracy"] is not None]
-    rates = [v["throughput"] for v in values if v["throughput"] is not None]
-    with_target = any(_has_target(r) for r in summarised) or any(t is not None for t in ttas)
-    return {
-        group_by: key[0],
-        "recipe": members[0].name,
-        "recipe_hash": key[1],
-        "runs": len(members),
-        "statuses": dict(sorted(statuses.items())),
-        "failed": statuses.get("failed", 0),
-        "diverged": statuses.get("diverged", 0),
-        "not_finished": sum(statuses.get(s, 0) for s in ("incomplete", "interrupted", "running")),
-        "summarised": len(summarised),
-        "reached_target": sum(1 for t in ttas if t is not None),
-        "run_ids": [r.id for r in members],
-        "time_to_accuracy": _json_safe(time_to_accuracy_summary(ttas))
-        if with_target and ttas
-        else None,
-        "final_test_accuracy": range_of(accs) if accs else None,
-        "throughput": across_runs(rates) if rates else None,
-    }
-
-
-def _json_safe(summary: dict[str, Any]) -> dict[str, Any]:
-    """Infinite times (the target was not reached) become ``None``: strict JSON."""
-    return {k: None if isinstance(v, float) and math.isinf(v) else v for k, v in summary.items()}
-
-
-def _warn_mixed_recipes(group_by: str, keys: Iterable[tuple[str, str | None]]) -> None:
-    hashes: dict[str, set[str | None]] = {}
-    for value, recipe_hash in keys:
-        hashes.setdefault(value, set()).add(recipe_hash)
-    for value, found in sorted(hashes.items()):
-        if len(found) > 1:
-            _warn(
-                f"{group_by}={value} has runs of {len(found)} different recipes (recipe "
-                "hashes); each recipe gets its own row"
-            )
-
-
 def _time(value: float | None) -> str:
     return "not reached" if value is None else f"{value:.4g}"
 
@@ -1174,20 +725,18 @@ def table_runs(
     mean (best and worst dropped). Final accuracy: median and range. Throughput: each
     run's samples/s, median and CI over the runs. Failed and unfinished runs are counted.
     """
-    _check_by(group_by)
+    from d5core.results.training_table import check_by, mixed_recipe_warnings, training_table
+
+    check_by(group_by)
     if bool(runs) == (last is not None):
         raise UsageError("give run ids, or --last N, not both and not neither")
     with _open(db) as store:
         records = (
             [store.get_run(r) for r in runs] if runs else store.list_runs(limit=last, kind=kind)
         )
-        groups: dict[tuple[str, str | None], list[RunRecord]] = {}
-        for record in records:
-            key = (_setting(record, group_by), record.recipe_hash)
-            groups.setdefault(key, []).append(record)
-        order = sorted(groups, key=lambda k: (k[0], k[1] or ""))
-        out = [_table_row(store, group_by, key, groups[key]) for key in order]
-    _warn_mixed_recipes(group_by, order)
+        out = training_table(store, records, group_by)
+    for warning in mixed_recipe_warnings(group_by, out):
+        _warn(warning)
     if as_json:
         print_json(out)
         return

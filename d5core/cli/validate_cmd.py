@@ -76,7 +76,6 @@ def validate_op(
     Exit 0 when every check passes, 1 when one fails (naming the output or input and
     the metric), 2 on bad usage.
     """
-    from d5core.bus import VALIDATION, get_bus
     from d5core.results.store import ResultsStore
     from d5core.runners.operators import problem_for, validate_op
     from d5core.workloads.problems import parse_shapes
@@ -89,12 +88,6 @@ def validate_op(
     )
     result = validate_op(problem, backend, dtype=dtype, seed=seed, tolerances=tolerances)
     data = result.to_json()
-    get_bus().publish(VALIDATION, level=0, **data)
-    from d5core.plugins import get_plugin_manager
-
-    get_plugin_manager().call_each(
-        "d5_operator_validated", op_type=op, backend=backend, report=data
-    )
     with ResultsStore.open(db) as store:
         config = {"op": op, "backend": backend, "dtype": dtype, "problem": problem.label}
         with store.run("validate", f"{op} {backend}", config=config, seed=seed) as run_id:
@@ -119,9 +112,14 @@ def validate_op(
 
 def _print_report(result: Any) -> None:
     report = result.report
+    # one name throughout: the operator as selected, with a differing op_type shown once
+    declared = f" (op_type {report.op_type})" if report.op_type not in ("", result.op) else ""
+    against = result.against
+    if result.reference_op not in (None, result.op):
+        against = f"{result.against}'s {result.reference_op}"
     table = Table(
-        title=f"{report.op_type} on {result.backend} ({result.dtype}), "
-        f"against {result.against}: {result.problem}",
+        title=f"{result.op}{declared} on {result.backend} ({result.dtype}), "
+        f"against {against}: {result.problem}",
         title_justify="left",
     )
     for column in ("check", "method", "result", "max abs", "max rel", "detail"):
@@ -140,9 +138,11 @@ def _print_report(result: Any) -> None:
             getattr(check, "skipped", None) or check.detail or "",
         )
     console().print(table)
+    if result.note:
+        console().print(f"note: {result.note}")
     if report.no_gradient:
         console().print(
-            f"{report.op_type} declares that it has no gradient: its gradients were not checked"
+            f"{result.op} declares that it has no gradient: its gradients were not checked"
         )
     for error in report.errors:
         console().print(f"error: {error}")

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from d5core.hookspecs._markers import hookspec
+from d5core.hookspecs._markers import hookspec, propagates
 
 __all__ = [
     "d5_bus_subscribe",
@@ -27,6 +27,11 @@ __all__ = [
 def d5_bus_subscribe(bus: Any) -> None:
     """Subscribe to events on the metric bus at the start of a run.
 
+    Called once per bus, by :func:`d5core.bus.attach_plugins`: when a training run
+    starts (its own bus, before ``run.start`` is published), and on the process-wide
+    bus of a ``d5 bench`` worker process before it measures and of a process that
+    validates an operator or a network (before the ``validation`` event).
+
     :param bus: the run's :class:`d5core.bus.MetricBus`; call ``bus.subscribe(name,
         callback)`` for the events to observe. Callbacks run inside measured code: keep
         them cheap and never block.
@@ -42,6 +47,7 @@ def d5_bus_subscribe(bus: Any) -> None:
 # -------------------------------------------------------------------------
 
 
+@propagates
 @hookspec
 def d5_synchronize(device: str) -> None:
     """Wait until all work queued on ``device`` has finished.
@@ -51,6 +57,9 @@ def d5_synchronize(device: str) -> None:
 
     :param device: a device string such as ``"cpu"`` or ``"cuda:0"``. Implementations
         ignore devices they do not own.
+
+    Raising ends the call and fails the measurement: a timing taken without
+    synchronising would be wrong.
 
     Return values are ignored.
 

@@ -29,7 +29,11 @@ def d5_model_zoo() -> Mapping[str, Callable[..., Any]] | None:
 
     :return: a mapping from model name to builder, or ``None``.
 
-    Not firstresult: all zoos are merged; a name given twice is reported as a conflict.
+    Not firstresult: the mappings of all plugins are merged by name. d5's own models
+    (``mlp``, ``lenet5``, the ResNets, ``vgg``) come before every plugin's ordinary
+    implementation (d5's internal ``builtins`` plugin implements this hook
+    ``tryfirst``); a name offered a second time is left out and reported as a clash
+    naming both plugins.
 
     .. versionadded:: 1.0
     """
@@ -44,7 +48,13 @@ def d5_graph_passes() -> Mapping[str, Callable[..., Any]] | None:
 
     :return: a mapping from pass name to pass factory, or ``None``.
 
-    Not firstresult: all passes are merged.
+    Not firstresult: the mappings of all plugins are merged by name. d5's own passes
+    (``infer_shapes``) come before every plugin's ordinary implementation (d5's internal
+    ``builtins`` plugin implements this hook ``tryfirst``); a name offered a second time
+    is left out and reported as a clash naming both plugins.
+
+    No ``d5`` command applies a pass yet: passes are applied from Python with
+    :func:`d5core.networks.passes.apply_pass`, where this hook is called.
 
     .. versionadded:: 1.0
     """

@@ -33,8 +33,9 @@ def d5_custom_operators() -> Mapping[str, type[Operator]] | None:
 
     :return: a mapping from operator type name to operator class, or ``None``.
 
-    Not firstresult: the mappings of all plugins are merged; a name given by two plugins
-    is reported as a conflict naming both.
+    Not firstresult: the mappings of all plugins are merged by name; a name offered a
+    second time is left out and reported as a clash naming both plugins. They are
+    selected together as the backend ``custom`` (``d5 validate op NAME --backend custom``).
 
     .. versionadded:: 1.0
     """
@@ -49,9 +50,14 @@ def d5_operator_shape_suites() -> Mapping[str, Sequence[Mapping[str, Any]]] | No
 
     :return: a mapping from suite name to a sequence of problems; each problem is a
         mapping with at least ``op`` (the operator type) and ``shapes`` (the input shapes),
-        and optionally ``attributes`` and ``name``. ``None`` contributes nothing.
+        and optionally ``attributes``, ``name`` and ``flops``, or a
+        :class:`d5core.workloads.problems.Problem`. ``None`` contributes nothing.
 
-    Not firstresult: suites of all plugins are merged; duplicate names are reported.
+    Not firstresult: the mappings of all plugins are merged by name. d5's own suites
+    (the DeepBench sets and ``cpu-small``) come before every plugin's ordinary
+    implementation (d5's internal ``builtins`` plugin implements this hook
+    ``tryfirst``); a name offered a second time is left out and reported as a clash
+    naming both plugins.
 
     .. versionadded:: 1.0
     """
@@ -65,6 +71,13 @@ def d5_operator_shape_suites() -> Mapping[str, Sequence[Mapping[str, Any]]] | No
 @hookspec
 def d5_operator_validated(op_type: str, backend: str, report: Mapping[str, Any]) -> None:
     """Be told the outcome of validating an operator against the reference.
+
+    Called by :func:`d5core.runners.operators.validate_op` (so by ``d5 validate op`` and
+    by any library caller) after every validation, passed or failed, right after the
+    ``validation`` event (level 0) is published on the metric bus. Validating a network
+    (``d5 validate net``, :func:`d5core.runners.networks.validate_network`) publishes
+    the same event with level 1 and its report; subscribe to it with
+    :func:`d5_bus_subscribe`.
 
     :param op_type: the operator type that was validated, for example ``"Conv"``.
     :param backend: the name of the backend whose operator was checked.

@@ -2,6 +2,12 @@
 
 Datasets and optimizers are selected by name through the ``d5.datasets`` and
 ``d5.optimizers`` entry-point groups; these hooks let plugins take part in a run.
+
+To be told that a run ended, implement ``d5_result_stored`` (in ``results``): it is
+called for every run of every kind once it is committed, with the run's id and the store
+to read its status and metrics from. (A training-only ``d5_run_finished`` hook was
+specified before 1.0 but never called; it was removed rather than kept beside
+``d5_result_stored``.)
 """
 
 from __future__ import annotations
@@ -9,9 +15,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from d5core.hookspecs._markers import hookspec
+from d5core.hookspecs._markers import hookspec, propagates
 
-__all__ = ["d5_lr_schedules", "d5_recipe_loaded", "d5_run_finished"]
+__all__ = ["d5_lr_schedules", "d5_recipe_loaded"]
 
 
 # -------------------------------------------------------------------------
@@ -19,27 +25,22 @@ __all__ = ["d5_lr_schedules", "d5_recipe_loaded", "d5_run_finished"]
 # -------------------------------------------------------------------------
 
 
+@propagates
 @hookspec
 def d5_recipe_loaded(recipe: Mapping[str, Any]) -> None:
     """Inspect a recipe after it was parsed and checked, before any work starts.
 
-    :param recipe: the resolved recipe: its ``fixed``, ``mutable`` and ``metrics``
-        sections and its content ``hash``. It is read-only: the FIXED part of a recipe is
-        never changed by a plugin. Raise :class:`d5core.errors.UsageError` to refuse it.
+    Called by :func:`d5core.training.recipes.load_recipe`, once per recipe file loaded
+    (``d5 run`` loads it once per process, so once per rank of a run on several ranks).
 
-    Return values are ignored.
+    :param recipe: the recipe as loaded from its file, read-only: ``name``, ``path``,
+        ``form`` (``"toml"`` or ``"python"``), the ``fixed``, ``mutable`` and ``metrics``
+        sections and the content ``hash``. ``--set`` overrides, which may change MUTABLE
+        keys only, are applied afterwards. The FIXED part of a recipe is never changed by
+        a plugin.
 
-    .. versionadded:: 1.0
-    """
-
-
-@hookspec
-def d5_run_finished(run_id: str, status: str, metrics: Mapping[str, Any]) -> None:
-    """Be told that a training run ended, after it was stored.
-
-    :param run_id: the identifier of the run in the results store.
-    :param status: ``complete``, ``failed``, ``diverged`` or ``incomplete``.
-    :param metrics: the summarized metrics of the run, by metric name.
+    Raising ends the call and reaches the caller: raise
+    :class:`d5core.errors.UsageError` with one line saying why to refuse the recipe.
 
     Return values are ignored.
 
@@ -56,7 +57,11 @@ def d5_lr_schedules() -> Mapping[str, Callable[..., Callable[[int], float]]] | N
 
     :return: a mapping from schedule name to factory, or ``None``.
 
-    Not firstresult: all schedules are merged.
+    Not firstresult: the mappings of all plugins are merged by name. d5's own schedules
+    (``constant``, ``step``, ``cosine``, ``warmup``) come before every plugin's ordinary
+    implementation (d5's internal ``builtins`` plugin implements this hook
+    ``tryfirst``); a name offered a second time is left out and reported as a clash
+    naming both plugins.
 
     .. versionadded:: 1.0
     """

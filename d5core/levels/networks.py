@@ -65,7 +65,8 @@ class GraphExecutor(ABC):
         """Run forward and backward; return the outputs and the gradient of ``loss``
         with respect to every trainable parameter (``network.trainable``), by name."""
         raise UsageError(
-            f"the {self._label} executor runs inference only; choose numpy or torch to train"
+            f"the {self._label} executor runs inference only; to train, choose "
+            f"{_executors_that_train(exclude=self.name)}"
         )
 
     def prepare_inference(self, feeds: Mapping[str, np.ndarray]) -> Callable[[], object]:
@@ -113,3 +114,26 @@ class GraphExecutor(ABC):
                     f"the {self._label} executor does not support operator "
                     f"{node.op_type!r} (node {node.name!r}); choose another executor"
                 )
+
+
+def _executors_that_train(exclude: str = "") -> str:
+    """The installed executors (``d5.frameworks``) that train, as words for a message.
+
+    Each entry is imported to read its ``trains`` flag: this runs on an error path only.
+    """
+    from d5core.plugins import get_plugin_manager
+
+    manager = get_plugin_manager()
+    names = []
+    for name in manager.names("d5.frameworks"):
+        if name == exclude:
+            continue
+        try:
+            factory = manager.load("d5.frameworks", name)
+        except Exception:  # a broken entry is simply not offered
+            continue
+        if getattr(factory, "trains", False) is True:
+            names.append(name)
+    if not names:
+        return "an executor that trains (none is installed; 'd5 list-plugins' shows them)"
+    return f"one of the installed executors that train: {', '.join(names)}"

@@ -1,14 +1,15 @@
-"""Level 2 interfaces: datasets, samplers and optimizers."""
+"""Level 2 interfaces: datasets, samplers and optimizers, and the native training path
+(:class:`NativeTraining`) that executors and framework-native optimizers share."""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
-from typing import ClassVar
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 
-__all__ = ["Dataset", "Optimizer", "Sampler"]
+__all__ = ["CorrectCounter", "Dataset", "NativeTraining", "Optimizer", "Sampler"]
 
 
 class Dataset(ABC):
@@ -198,3 +199,67 @@ class Optimizer(ABC):  # noqa: B024 (subclasses override step or update)
         from d5core.errors import UsageError
 
         raise UsageError(f"optimizer {self.name!r} is not framework-native; call step()")
+
+
+@runtime_checkable
+class CorrectCounter(Protocol):
+    """What an executor's ``native_correct_counter()`` returns (optional, native path).
+
+    It counts the correct predictions of training batches where the logits live (the
+    executor's device) and reads the count back only when asked, so that a training
+    step needs no device-to-host sync for its accuracy. An executor without
+    ``native_correct_counter`` gets the per-step count (an argmax and one ``.item()``).
+    """
+
+    def add(self, logits: Any, labels: Any) -> None:
+        """Count the rows where ``logits.argmax(-1) == labels``, later: no host sync.
+
+        The counter may keep ``logits`` and ``labels`` until :meth:`take`; the caller
+        must not change them in place before then.
+        """
+
+    def take(self) -> int:
+        """The count of everything added since the last take (one host sync); resets."""
+        ...
+
+
+@runtime_checkable
+class NativeTraining(Protocol):
+    """The native training path: what a graph executor offers so that an optimizer of
+    its own framework trains the executor's tensors in place, with no numpy round trip.
+
+    Tensors here are the framework's own (``torch.Tensor`` for torch); d5core never
+    looks inside them. The trainer takes this path when the executor is a
+    ``NativeTraining`` (``isinstance`` checks that the three methods exist), the
+    optimizer's :attr:`Optimizer.native` is the executor's ``name``, and no gradient
+    modifiers are set (see ``native_capable`` in docs/training.md). Each step then runs
+    ``feeds = executor.to_native(...)``, ``outputs, grads =
+    executor.native_train_step(feeds, loss)`` and ``optimizer.native_step(grads)``;
+    ``optimizer.bind(executor)`` reads :meth:`native_parameters` once before the first.
+
+    Two more methods are optional, looked up by name and not part of the check:
+
+    - ``native_correct_counter() -> CorrectCounter``: a counter of correct predictions
+      kept on the device, read once per epoch instead of once per step;
+    - ``apply_running_stats() -> None``: write the running statistics of the last
+      training pass (BatchNormalization) into the parameters; called after every
+      optimizer step, on this path and on the numpy one.
+    """
+
+    def to_native(self, feeds: Mapping[str, Any]) -> Mapping[str, Any]:
+        """``feeds`` (numpy arrays or native tensors, by input name) as native tensors
+        on the executor's device, converted once."""
+        ...
+
+    def native_parameters(self) -> Mapping[str, Any]:
+        """The live trainable tensors by name, in the executor's trainable order: updating
+        them in place changes the network (no copy)."""
+        ...
+
+    def native_train_step(
+        self, feeds: Mapping[str, Any], loss: str
+    ) -> tuple[Mapping[str, Any], Mapping[str, Any]]:
+        """:meth:`GraphExecutor.inference_and_backprop` in native tensors: every graph
+        output (detached) and the gradient of every trainable parameter (zeros where the
+        loss does not depend on it), nothing converted to numpy."""
+        ...

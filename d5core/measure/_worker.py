@@ -81,9 +81,11 @@ def main() -> int:
     out = _protocol_stream()
     _emit(out, {"event": "start", "pid": os.getpid(), "cpus": cpus})
 
+    from d5core.bus import attach_plugins, get_bus
     from d5core.measure.engine import MeasureOptions
 
     options = MeasureOptions(**request.get("options", {}))
+    attach_plugins(get_bus())  # this process is the run: plugins hear its measurements
     for position, job in enumerate(request["jobs"]):
         event: dict[str, Any] = {"event": "result", "index": job["index"], "position": position}
         try:

@@ -160,9 +160,10 @@ def synchronizer_for(
 ) -> Callable[[], None] | None:
     """A function that waits for ``device`` through the plugins' ``d5_synchronize`` hook.
 
-    ``None`` for the CPU, where calls are synchronous. The hook implementations are
-    looked up once, so a clock read pays only for the calls themselves. An implementation
-    that raises makes the measurement fail: a timing without synchronisation is wrong.
+    ``None`` for the CPU, where calls are synchronous. The hook's caller is looked up
+    once; each call is one pluggy hook call (so wrappers and tracing see it). An
+    implementation that raises makes the measurement fail: a timing without
+    synchronisation is wrong (the hook is marked ``propagates``).
 
     :param manager: the plugin manager; the process-wide one by default.
     """
@@ -172,9 +173,8 @@ def synchronizer_for(
         from d5core.plugins.manager import get_plugin_manager
 
         manager = get_plugin_manager()
-    impls = reversed(manager.hook.d5_synchronize.get_hookimpls())
-    calls = [(impl.function, "device" in impl.argnames) for impl in impls]
-    if not calls:
+    hook = manager.hook.d5_synchronize
+    if not hook.get_hookimpls():
         warnings.warn(
             f"no plugin implements d5_synchronize: timings on {device!r} may miss work "
             f"still queued on the device",
@@ -183,11 +183,7 @@ def synchronizer_for(
         )
 
     def synchronize() -> None:
-        for function, takes_device in calls:
-            if takes_device:
-                function(device=device)
-            else:
-                function()
+        hook(device=device)
 
     return synchronize
 

@@ -3,8 +3,9 @@
 One module per family: :mod:`.timing` (wall-clock time, latency, throughput),
 :mod:`.memory`, :mod:`.cpu`, :mod:`.energy`, :mod:`.communication`, :mod:`.accuracy`
 (training, test, final test accuracy, time to accuracy), :mod:`.loss`,
-:mod:`.numerical` and :mod:`.determinism`. Recipes select them by entry-point name,
-which is each class's ``name`` (snake_case); ``docs/metrics.md`` documents them.
+:mod:`.numerical` and :mod:`.determinism`. Recipes and ``d5 run --metric`` select them,
+and any plugin's, by entry-point name, which is each class's ``name`` (snake_case)
+(:mod:`.selection`); ``docs/metrics.md`` documents them.
 
 Classes are imported from their module on first access, so that selecting one metric
 does not import the others.

@@ -13,16 +13,20 @@ from onnx import helper, numpy_helper
 from d5core.errors import UsageError
 
 __all__ = [
+    "AUTO_PADS",
     "LEGACY_BROADCAST_OPS",
     "constant_value",
     "legacy_broadcast",
     "legacy_broadcast_shape",
     "node_attributes",
+    "resolve_pads",
 ]
 
 #: Element-wise operators whose versions before opset 7 broadcast ``B`` to ``A`` only
 #: when asked, by the attributes ``broadcast`` and ``axis``.
 LEGACY_BROADCAST_OPS = frozenset({"Add", "Sub", "Mul", "Div"})
+#: The values of the ``auto_pad`` attribute of Conv, ConvTranspose and the pooling operators.
+AUTO_PADS: tuple[str, ...] = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
 
 
 def node_attributes(node: onnx.NodeProto) -> dict[str, Any]:
@@ -114,3 +118,78 @@ def legacy_broadcast_shape(
             f"broadcast=1 needs before opset 7"
         )
     return b + (1,) * (len(a) - start - len(b))
+
+
+def _per_axis(
+    name: str, values: Sequence[int] | None, rank: int, default: int, where: str
+) -> tuple[int, ...]:
+    if values is None or len(values) == 0:
+        return (default,) * rank
+    out = tuple(int(v) for v in values)
+    if len(out) != rank or any(v < 1 for v in out):
+        raise UsageError(
+            f"{where}attribute {name} must hold {rank} positive values, one per spatial "
+            f"axis, not {list(out)}"
+        )
+    return out
+
+
+def resolve_pads(
+    spatial: Sequence[int],
+    kernel: Sequence[int],
+    *,
+    auto_pad: str = "NOTSET",
+    pads: Sequence[int] | None = None,
+    strides: Sequence[int] | None = None,
+    dilations: Sequence[int] | None = None,
+    op_type: str = "",
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The padding before and after each spatial axis of a Conv or pooling window, as
+    ONNX defines ``auto_pad``: ``(begins, ends)``, one entry per axis.
+
+    ``NOTSET`` takes ``pads`` (all begins, then all ends; none means no padding).
+    ``VALID`` pads nothing. ``SAME_UPPER`` and ``SAME_LOWER`` pad so that an axis of
+    ``size`` elements gives ``ceil(size / stride)`` windows, splitting the padding this
+    needs in two, the odd element at the end (upper) or at the beginning (lower); they
+    ignore ``pads``. A kernel of ``k`` elements with dilation ``d`` spans
+    ``(k - 1) * d + 1`` of them. Output sizes are left to the caller: ``ceil_mode`` and
+    the transposed convolution count them differently.
+
+    :param spatial: the input's spatial sizes (its shape without N and C).
+    :param kernel: the kernel's spatial sizes.
+    :param strides: one per spatial axis, all 1 when ``None`` or empty; ``dilations``
+        likewise.
+    :param op_type: starts each error message (``"Conv: ..."``) when given.
+    :raises UsageError: one line, for an ``auto_pad`` that is none of :data:`AUTO_PADS`,
+        a kernel of another rank than the input, or ``pads``, ``strides`` or
+        ``dilations`` of the wrong length or sign.
+    """
+    where = f"{op_type}: " if op_type else ""
+    rank = len(spatial)
+    if auto_pad not in AUTO_PADS:
+        raise UsageError(f"{where}auto_pad must be one of {', '.join(AUTO_PADS)}, not {auto_pad!r}")
+    if len(kernel) != rank:
+        raise UsageError(
+            f"{where}a kernel of shape {list(kernel)} does not fit {rank} spatial axes"
+        )
+    s = _per_axis("strides", strides, rank, 1, where)
+    d = _per_axis("dilations", dilations, rank, 1, where)
+    if auto_pad == "VALID":
+        return (0,) * rank, (0,) * rank
+    if auto_pad == "NOTSET":
+        given = tuple(int(p) for p in pads) if pads is not None and len(pads) else (0,) * (2 * rank)
+        if len(given) != 2 * rank or any(p < 0 for p in given):
+            raise UsageError(
+                f"{where}attribute pads must hold {2 * rank} non-negative values (begins, "
+                f"then ends), not {list(given)}"
+            )
+        return given[:rank], given[rank:]
+    begins: list[int] = []
+    ends: list[int] = []
+    for size, k, stride, dilation in zip(spatial, kernel, s, d, strict=True):
+        windows = -(-int(size) // stride)
+        total = max(0, (windows - 1) * stride + (int(k) - 1) * dilation + 1 - int(size))
+        small, large = total // 2, total - total // 2
+        begins.append(small if auto_pad == "SAME_UPPER" else large)
+        ends.append(large if auto_pad == "SAME_UPPER" else small)
+    return tuple(begins), tuple(ends)

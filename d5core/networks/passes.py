@@ -70,15 +70,12 @@ PASSES: dict[str, Callable[..., GraphPass]] = {InferShapes.name: InferShapes}
 
 
 def graph_passes() -> dict[str, Callable[..., Any]]:
-    """The built-in passes merged with the plugins' ``d5_graph_passes``; on a name
-    given twice the built-in pass wins."""
+    """Every pass, from the ``d5_graph_passes`` hook: :data:`PASSES` comes from d5's
+    internal ``builtins`` plugin and is kept on a name a plugin offers too; the clash is
+    reported."""
     from d5core.plugins import get_plugin_manager
 
-    merged, _problems = get_plugin_manager().merged("d5_graph_passes")
-    passes: dict[str, Callable[..., Any]] = dict(PASSES)
-    for key, factory in merged.items():
-        passes.setdefault(key, factory)
-    return passes
+    return get_plugin_manager().merged("d5_graph_passes")
 
 
 def apply_pass(network: Network, name: str, **options: Any) -> Network:

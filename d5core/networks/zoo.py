@@ -342,13 +342,11 @@ def light_model(name: str) -> tuple[onnx.ModelProto, np.ndarray]:
 
 
 def _zoo() -> dict[str, Callable[..., Any]]:
+    """Every zoo model, from the ``d5_model_zoo`` hook: :data:`ZOO` comes from d5's
+    internal ``builtins`` plugin, the rest from other plugins; clashes are reported there."""
     from d5core.plugins import get_plugin_manager
 
-    merged, _problems = get_plugin_manager().merged("d5_model_zoo")
-    zoo: dict[str, Callable[..., Any]] = dict(ZOO)
-    for name, builder in merged.items():
-        zoo.setdefault(name, builder)
-    return zoo
+    return get_plugin_manager().merged("d5_model_zoo")
 
 
 def model_names() -> list[str]:

@@ -1,15 +1,16 @@
-"""Plugin discovery and calling: stevedore loads, pluggy calls."""
+"""Plugin discovery and calling: entry points load the plugins, pluggy calls them."""
 
 from __future__ import annotations
 
-from d5core.plugins.groups import COMPONENT_GROUPS, GROUPS, HOOKS_GROUP, Group
+from d5core.plugins.groups import COMPONENT_GROUPS, GROUPS, HOOKS_GROUP, INTERNAL_PLUGINS, Group
+from d5core.plugins.guards import HookOutcome
 from d5core.plugins.manager import (
     API_ATTRIBUTE,
-    HookOutcome,
     PluginManager,
     get_plugin_manager,
     reset_plugin_manager,
 )
+from d5core.plugins.problems import HookProblem, PluginWarning
 from d5core.plugins.records import PluginRecord, Status
 from d5core.plugins.selection import DISABLE_VAR, LOAD_VAR, Selection
 
@@ -19,11 +20,14 @@ __all__ = [
     "DISABLE_VAR",
     "GROUPS",
     "HOOKS_GROUP",
+    "INTERNAL_PLUGINS",
     "LOAD_VAR",
     "Group",
     "HookOutcome",
+    "HookProblem",
     "PluginManager",
     "PluginRecord",
+    "PluginWarning",
     "Selection",
     "Status",
     "get_plugin_manager",

@@ -11,7 +11,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from d5core.plugins.groups import GROUPS
-from d5core.plugins.records import PluginRecord
+from d5core.plugins.records import PluginRecord, listing_order
 
 __all__ = ["Catalog", "discover", "installed_versions", "unmet_requirement"]
 
@@ -57,7 +57,7 @@ def discover(groups: Iterable[str] = GROUPS) -> Catalog:
                 )
                 records.append(rec)
                 eps[id(rec)] = ep
-    records.sort(key=lambda r: (r.group != "d5.hooks", r.group, r.name, r.distribution))
+    records.sort(key=listing_order)
     return Catalog(records=records, distributions=dists, entry_points=eps)
 
 

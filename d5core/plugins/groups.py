@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["COMPONENT_GROUPS", "GROUPS", "HOOKS_GROUP", "Group"]
+__all__ = ["COMPONENT_GROUPS", "GROUPS", "HOOKS_GROUP", "INTERNAL_PLUGINS", "Group"]
 
 
 @dataclass(frozen=True)
@@ -21,6 +21,11 @@ class Group:
 #: Each distribution's plugin module: it carries the ``@hookimpl`` functions and the
 #: ``d5_plugin_api`` range. It is imported whenever d5 starts, so it must stay light.
 HOOKS_GROUP = Group("d5.hooks", "hooks")
+
+#: d5's internal plugins, ``(name, "module:attribute")``: plugin objects of the hooks
+#: group that every plugin manager registers itself, before any other plugin and
+#: whatever the environment selects, as tox registers its own. They are part of d5core.
+INTERNAL_PLUGINS: tuple[tuple[str, str], ...] = (("builtins", "d5core.builtin:CATALOGUES"),)
 
 #: Selectable components, imported only when chosen by name or checked.
 COMPONENT_GROUPS: tuple[Group, ...] = (

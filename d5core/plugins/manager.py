@@ -1,18 +1,32 @@
-"""The plugin manager: discovery with stevedore, calling with pluggy.
+"""The plugin manager: discovery from installed metadata, calling with pluggy.
 
-Discovery reads installed metadata and imports each distribution's light plugin module
-(group ``d5.hooks``). Components in the other groups are imported only when a user selects
-one by name or runs a check. Every load happens in its own ``try``; a failure becomes the
-status of that one record and never reaches the others.
+Every manager first registers d5's internal plugins
+(:data:`~d5core.plugins.groups.INTERNAL_PLUGINS`: the built-in catalogues), then, unless
+it is an empty one for tests, discovers the installed plugins: it reads installed
+metadata and imports each distribution's light plugin module (group ``d5.hooks``) with
+:meth:`importlib.metadata.EntryPoint.load`. Components in the other groups are imported
+only when a user selects one by name or runs a check. Every load happens in its own
+``try``; a failure becomes the status of that one record and never reaches the others.
+
+Every hook is called one way: through pluggy's hook relay, ``manager.hook.NAME(...)``
+(:meth:`PluginManager.call_each` and :meth:`PluginManager.merged` make that same call
+and also say which plugin gave what). Per-plugin failure isolation lives in one place,
+:mod:`d5core.plugins.guards`: when a plugin is registered, each of its ordinary hook
+implementations is wrapped in a guard that turns an exception into a reported
+:class:`~d5core.plugins.problems.HookProblem` (and a :class:`PluginWarning`) and lets the
+call go on. pluggy's own machinery is left alone, so ``tryfirst``/``trylast``,
+``firstresult``, wrappers and tracing (:meth:`PluginManager.trace_calls`, which
+``d5 --debug`` turns on) behave as pluggy documents them.
 """
 
 from __future__ import annotations
 
+import importlib
 import importlib.metadata as md
 import os
 import threading
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+import warnings
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import pluggy
@@ -21,11 +35,14 @@ from packaging.utils import canonicalize_name
 
 from d5core._version import PLUGIN_API_VERSION, __version__
 from d5core.errors import PluginError
-from d5core.hookspecs import PROJECT, SPEC_MODULES
+from d5core.hookspecs import MERGED_HOOKS, PROJECT, SPEC_MODULES
+from d5core.hookspecs._markers import PROPAGATES_ATTR
 from d5core.plugins.catalog import Catalog, discover, unmet_requirement
-from d5core.plugins.groups import GROUPS, HOOKS_GROUP
-from d5core.plugins.loading import load_entry_point, load_entry_points
-from d5core.plugins.records import PluginRecord, Status
+from d5core.plugins.groups import GROUPS, HOOKS_GROUP, INTERNAL_PLUGINS
+from d5core.plugins.guards import HookOutcome, guarded, recording
+from d5core.plugins.loading import load_entry_point
+from d5core.plugins.problems import CLASH, FAILED, HookProblem, PluginWarning, one_line
+from d5core.plugins.records import PluginRecord, Status, listing_order
 from d5core.plugins.selection import Selection
 from d5core.plugins.validation import hook_functions, hook_problems
 
@@ -41,20 +58,6 @@ __all__ = [
 API_ATTRIBUTE = "d5_plugin_api"
 
 _CORE_DISTRIBUTION = "d5core"
-
-
-@dataclass
-class HookOutcome:
-    """What one plugin's implementation of a hook returned, or the error it raised."""
-
-    plugin: str
-    result: Any = None
-    error: BaseException | None = None
-
-
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def api_problem(declared: object, distribution: str) -> str | None:
@@ -79,7 +82,7 @@ def api_problem(declared: object, distribution: str) -> str | None:
 
 
 class PluginManager:
-    """d5's one plugin manager: a typed facade over pluggy fed by stevedore.
+    """d5's one plugin manager: a typed facade over pluggy, fed from entry points.
 
     :param environ: the environment to read ``D5_DISABLE_PLUGINS`` and
         ``D5_LOAD_PLUGINS`` from; ``os.environ`` by default.
@@ -96,33 +99,83 @@ class PluginManager:
         self._selection = Selection.from_environ(os.environ if environ is None else environ)
         self.records: list[PluginRecord] = []
         self._eps: dict[int, md.EntryPoint] = {}
+        self._problems: dict[str, HookProblem] = {}
+        #: ``id`` of every registered plugin object, to refuse registering one twice.
+        self._registered: dict[int, str] = {}
+        internal = self._register_internal()
         if discover_installed:
             self._load_installed(discover())
+        self.records = sorted([*internal, *self.records], key=listing_order)
 
     # -- public surface ---------------------------------------------------
 
     @property
     def hook(self) -> pluggy.HookRelay:
-        """pluggy's hook relay: ``manager.hook.d5_environment_info()`` calls every plugin."""
+        """pluggy's hook relay: ``manager.hook.d5_environment_info()`` calls every plugin.
+
+        An implementation that raises is left out of the call and reported (see
+        :attr:`problems`), unless its hook is marked
+        :func:`~d5core.hookspecs.propagates`.
+        """
         return self._pm.hook
 
     @property
     def pluggy_manager(self) -> pluggy.PluginManager:
-        """The underlying pluggy manager, for tools that need pluggy itself."""
+        """The underlying pluggy manager, for tools that need pluggy itself.
+
+        It holds each plugin as registered: an object carrying the plugin's hook
+        functions, each guarded (see :mod:`d5core.plugins.guards`).
+        """
         return self._pm
+
+    @property
+    def problems(self) -> list[HookProblem]:
+        """Every hook failure and clash reported by this manager so far, each once."""
+        return list(self._problems.values())
 
     def register(self, plugin: object, name: str | None = None) -> str:
         """Register a plugin object (a module or an instance) that was not installed.
 
-        :raises PluginError: when its hooks do not match the specifications.
+        :raises PluginError: when its hooks do not match the specifications, or when it
+            or its name is registered already.
         :return: the name under which it was registered.
         """
         name = name or getattr(plugin, "__name__", None) or f"inline-{id(plugin)}"
         problems = hook_problems(self._pm, plugin)
         if problems:
             raise PluginError(f"plugin {name!r}: {problems[0]}")
-        self._pm.register(plugin, name=name)
+        self._add(plugin, name)
         return name
+
+    def trace_calls(
+        self, writer: Callable[[str], object], *, width: int | None = None
+    ) -> Callable[[], None]:
+        """Write every hook call, its arguments and its result with ``writer``.
+
+        This is pluggy's tracing (``pm.trace.root.setwriter`` and ``pm.enable_tracing``);
+        ``d5 --debug`` turns it on, writing to standard error.
+
+        :param width: cut each line of the trace to this many characters (a catalogue's
+            result can fill pages); ``None`` keeps them whole.
+        :return: a function that turns the tracing off again.
+        """
+
+        def write(text: str) -> None:
+            if width is not None:
+                text = "".join(
+                    line if len(line) <= width + 1 else f"{line[:width]} ...\n"
+                    for line in text.splitlines(keepends=True)
+                )
+            writer(text)
+
+        self._pm.trace.root.setwriter(write)
+        undo = self._pm.enable_tracing()
+
+        def stop() -> None:
+            undo()
+            self._pm.trace.root.setwriter(None)
+
+        return stop
 
     def names(self, group: str) -> list[str]:
         """Names of the entries of ``group`` that are usable (status ``ok``)."""
@@ -167,52 +220,92 @@ class PluginManager:
             raise PluginError(f"{rec.name!r} from {rec.distribution}: {rec.error}") from exc
 
     def call_each(self, hook_name: str, **kwargs: Any) -> list[HookOutcome]:
-        """Call every implementation of ``hook_name`` on its own.
+        """Call ``hook_name`` once, through pluggy, and say what each plugin gave.
 
-        Unlike ``manager.hook.NAME(...)``, an exception in one plugin is caught and
-        returned in its :class:`HookOutcome`, and the remaining plugins still run.
-        Implementations run in pluggy's order: ``tryfirst`` ones first, then the most
-        recently registered first.
+        This is ``manager.hook.NAME(**kwargs)`` (wrappers, ``tryfirst`` and
+        ``firstresult`` apply), plus one :class:`HookOutcome` per ordinary
+        implementation that ran, in the order pluggy called them: its plugin and its
+        result, ``None`` included, or the exception it raised (which was reported and
+        left out of the call, as always).
         """
-        caller = getattr(self._pm.hook, hook_name)
-        outcomes: list[HookOutcome] = []
-        for impl in reversed(caller.get_hookimpls()):
-            args = {a: kwargs[a] for a in impl.argnames if a in kwargs}
-            try:
-                outcomes.append(HookOutcome(impl.plugin_name, impl.function(**args)))
-            except Exception as exc:
-                outcomes.append(HookOutcome(impl.plugin_name, error=exc))
+        outcomes, _ = self._call(hook_name, kwargs)
         return outcomes
 
-    def merged(self, hook_name: str, **kwargs: Any) -> tuple[dict[str, Any], list[str]]:
-        """Merge the mappings returned by ``hook_name`` from all plugins.
+    def merged(self, hook_name: str, **kwargs: Any) -> dict[str, Any]:
+        """Merge the mappings that the plugins' ``hook_name`` implementations return.
 
-        :return: the merged mapping and one-line problems (a plugin that raised, a name
-            offered twice: the entry of the plugin called first is kept).
+        One pluggy call gives the mappings, as wrappers leave them, in the order pluggy
+        called the implementations; the first offer of a name is kept. A name offered
+        again, a plugin that raised and a result that is not a mapping are reported as a
+        :class:`PluginWarning` naming the hook and the plugins, and kept in
+        :attr:`problems`. d5's own entries come from the internal ``builtins`` plugin, whose
+        implementations of these hooks are ``tryfirst``: they are kept on a clash.
         """
+        outcomes, results = self._call(hook_name, kwargs)
+        given_by = {id(out.result): out.plugin for out in outcomes if out.result is not None}
         merged: dict[str, Any] = {}
         owner: dict[str, str] = {}
-        problems: list[str] = []
-        for out in self.call_each(hook_name, **kwargs):
-            if out.error is not None:
-                problems.append(
-                    f"plugin {out.plugin!r} failed in {hook_name}: {_one_line(out.error)}"
+        for result in results:
+            plugin = given_by.get(id(result)) or self._wrapper_names(hook_name)
+            if not isinstance(result, Mapping):
+                self._report(
+                    HookProblem(
+                        FAILED,
+                        hook_name,
+                        (plugin,),
+                        f"plugin {plugin!r} returned {type(result).__name__} from "
+                        f"{hook_name}, not a mapping from name to entry; d5 left it out",
+                    )
                 )
                 continue
-            for key, value in dict(out.result or {}).items():
-                if key in merged:
-                    problems.append(
-                        f"{hook_name}: {key!r} is offered by both {owner[key]!r} and "
-                        f"{out.plugin!r}; keeping the one from {owner[key]!r}"
-                    )
+            for key, value in result.items():
+                if key not in merged:
+                    merged[key], owner[key] = value, plugin
                     continue
-                merged[key], owner[key] = value, out.plugin
-        return merged, problems
+                kept = owner[key]
+                self._report(
+                    HookProblem(
+                        CLASH,
+                        hook_name,
+                        (kept, plugin),
+                        f"{hook_name}: {key!r} is offered by both {kept!r} and {plugin!r}; "
+                        f"keeping the one from {kept!r}",
+                    )
+                )
+        return merged
+
+    def _wrapper_names(self, hook_name: str) -> str:
+        """The plugins that wrap ``hook_name``, for an outcome no implementation gave."""
+        names = [
+            impl.plugin_name
+            for impl in getattr(self._pm.hook, hook_name).get_hookimpls()
+            if impl.wrapper or impl.hookwrapper
+        ]
+        return ", ".join(names) or "an unknown plugin"
+
+    def _call(self, hook_name: str, kwargs: Mapping[str, Any]) -> tuple[list[HookOutcome], Any]:
+        """The outcomes of one call of ``hook_name`` and what pluggy returned."""
+        caller = getattr(self._pm.hook, hook_name)
+        with recording(hook_name) as rec:
+            try:
+                result = caller(**kwargs)
+            except Exception as exc:
+                if self._propagates(hook_name):
+                    raise
+                # Only a wrapper gets here: ordinary implementations are guarded.
+                self._failed(hook_name, self._wrapper_names(hook_name), exc)
+                result = None if caller.spec and caller.spec.opts.get("firstresult") else []
+        return rec.outcomes, result
 
     def check(self) -> list[PluginRecord]:
-        """Import every enabled entry and run each plugin's ``d5_plugin_check``.
+        """Import every enabled entry, run each plugin's ``d5_plugin_check`` and call
+        every merged hook (:data:`~d5core.hookspecs.MERGED_HOOKS`) once.
 
-        Statuses of the records are updated in place; the records are returned.
+        Statuses of the records are updated in place and the records returned: a
+        plugin module whose self-check finds problems or raises, or whose merged hook
+        raises, becomes ``failed``. Every hook problem involving a plugin, clashes
+        included, is listed in its record's ``problems``; all of them are in
+        :attr:`problems`.
         """
         for rec in self.records:
             if rec.status is not Status.OK or rec.group == HOOKS_GROUP.name:
@@ -233,17 +326,83 @@ class PluginManager:
                 continue
             if out.error is not None:
                 owner.status = Status.FAILED
-                owner.error = f"its self-check raised {_one_line(out.error)}"
+                owner.error = f"its self-check raised {one_line(out.error)}"
             elif out.result:
                 owner.status = Status.FAILED
                 owner.error = "; ".join(str(p) for p in out.result)
+        for hook_name in MERGED_HOOKS:
+            self.merged(hook_name)
+        for found in self.problems:
+            for name in found.plugins:
+                owner = by_plugin.get(name)
+                if owner is None or found.message in owner.problems:
+                    continue
+                owner.problems.append(found.message)
+                if found.kind == FAILED and owner.status is Status.OK:
+                    owner.status, owner.error = Status.FAILED, found.message
         return self.records
+
+    # -- reporting --------------------------------------------------------
+
+    def _report(self, problem: HookProblem) -> None:
+        """Keep ``problem`` and warn about it, once per manager."""
+        if problem.message in self._problems:
+            return
+        self._problems[problem.message] = problem
+        warnings.warn(PluginWarning(problem.message), stacklevel=3)
+
+    def _failed(self, hook_name: str, plugin: str, exc: BaseException) -> None:
+        self._report(
+            HookProblem(
+                FAILED,
+                hook_name,
+                (plugin,),
+                f"plugin {plugin!r} failed in {hook_name} ({one_line(exc)}); d5 carried "
+                f"on without it",
+            )
+        )
+
+    def _propagates(self, hook_name: str) -> bool:
+        """Whether exceptions of ``hook_name``'s implementations reach its caller."""
+        spec = getattr(getattr(self._pm.hook, hook_name, None), "spec", None)
+        return bool(spec is not None and getattr(spec.function, PROPAGATES_ATTR, False))
+
+    def _add(self, plugin: object, name: str) -> None:
+        """Register ``plugin`` with pluggy, its ordinary implementations guarded."""
+        if id(plugin) in self._registered:
+            raise PluginError(
+                f"plugin {name!r} is registered already, as {self._registered[id(plugin)]!r}"
+            )
+        if self._pm.has_plugin(name):
+            raise PluginError(f"a plugin named {name!r} is registered already; pick another name")
+        proxy = guarded(plugin, name, propagates=self._propagates, failed=self._failed)
+        self._pm.register(proxy, name)
+        self._registered[id(plugin)] = name
 
     # -- discovery --------------------------------------------------------
 
+    def _register_internal(self) -> list[PluginRecord]:
+        """Register :data:`INTERNAL_PLUGINS`; their records, all ``ok``."""
+        records = []
+        for name, value in INTERNAL_PLUGINS:
+            module_name, _, attr = value.partition(":")
+            plugin = getattr(importlib.import_module(module_name), attr)
+            self._add(plugin, f"{_CORE_DISTRIBUTION}:{name}")
+            records.append(
+                PluginRecord(
+                    name=name,
+                    group=HOOKS_GROUP.name,
+                    distribution=_CORE_DISTRIBUTION,
+                    version=__version__,
+                    value=value,
+                    hooks=sorted(hook_functions(plugin)),
+                )
+            )
+        return records
+
     def _load_error(self, rec: PluginRecord, exc: BaseException) -> str:
         return (
-            f"importing {rec.value} raised {_one_line(exc)}; fix or reinstall "
+            f"importing {rec.value} raised {one_line(exc)}; fix or reinstall "
             f"{rec.distribution}, or turn it off with D5_DISABLE_PLUGINS={rec.name}"
         )
 
@@ -294,23 +453,15 @@ class PluginManager:
                 )
 
     def _import_hook_modules(self, records: Iterable[PluginRecord]) -> dict[int, Any]:
-        """Import the plugin modules of ``records``; return loaded objects by record id."""
-        by_ep = {id(self._eps[id(rec)]): rec for rec in records}
-        failures: dict[int, BaseException] = {}
-
-        def on_failure(ep: Any, exc: BaseException) -> None:
-            failures[id(ep)] = exc
-
+        """Import the plugin modules of ``records``, each on its own; return the loaded
+        objects by record id. One that raises (anything, ``AssertionError`` included)
+        becomes ``failed`` and the others load."""
         loaded: dict[int, Any] = {}
-        eps = [self._eps[id(rec)] for rec in by_ep.values()]
-        for ep, obj in load_entry_points(eps, on_failure):
-            loaded[id(by_ep[id(ep)])] = obj
-        for ep_id, rec in by_ep.items():
-            if ep_id in failures:
-                rec.status, rec.error = Status.FAILED, self._load_error(rec, failures[ep_id])
-            elif id(rec) not in loaded:
-                rec.status = Status.FAILED
-                rec.error = f"{rec.value} could not be imported; reinstall {rec.distribution}"
+        for rec in records:
+            try:
+                loaded[id(rec)] = load_entry_point(self._eps[id(rec)])
+            except Exception as exc:
+                rec.status, rec.error = Status.FAILED, self._load_error(rec, exc)
         return loaded
 
     def _register_installed(self, rec: PluginRecord, plugin: Any) -> None:
@@ -323,9 +474,9 @@ class PluginManager:
             rec.status, rec.error = Status.FAILED, problems[0]
             return
         try:
-            self._pm.register(plugin, name=f"{rec.distribution}:{rec.name}")
+            self._add(plugin, f"{rec.distribution}:{rec.name}")
         except Exception as exc:
-            rec.status, rec.error = Status.FAILED, f"could not register its hooks: {_one_line(exc)}"
+            rec.status, rec.error = Status.FAILED, f"could not register its hooks: {one_line(exc)}"
             return
         rec.hooks = sorted(hook_functions(plugin))
 
@@ -336,8 +487,6 @@ def _interface_problem(group: str, obj: Any) -> str | None:
     if not path:
         return None
     module_name, _, attr = path.partition(":")
-    import importlib
-
     interface = getattr(importlib.import_module(module_name), attr)
     if isinstance(obj, type):
         if issubclass(obj, interface):

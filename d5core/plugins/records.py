@@ -6,7 +6,7 @@ import enum
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["PluginRecord", "Status"]
+__all__ = ["PluginRecord", "Status", "listing_order"]
 
 
 class Status(str, enum.Enum):
@@ -37,9 +37,18 @@ class PluginRecord:
     error: str | None = None
     #: Hook names the plugin implements (plugin modules) or the level it serves.
     hooks: list[str] = field(default_factory=list)
+    #: Hook failures and clashes this plugin took part in, one line each; filled by
+    #: ``d5 list-plugins --check`` (:meth:`PluginManager.check`).
+    problems: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         """The record as plain JSON types."""
         data = asdict(self)
         data["status"] = self.status.value
         return data
+
+
+def listing_order(rec: PluginRecord) -> tuple[bool, str, str, str]:
+    """The order of ``d5 list-plugins``: plugin modules first, then by group, name and
+    distribution."""
+    return (rec.group != "d5.hooks", rec.group, rec.name, rec.distribution)

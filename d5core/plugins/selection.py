@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from packaging.utils import canonicalize_name
 
+from d5core.plugins.groups import INTERNAL_PLUGINS
 from d5core.plugins.records import PluginRecord
 
 __all__ = ["DISABLE_VAR", "LOAD_VAR", "Selection", "selection_warnings"]
@@ -54,7 +55,7 @@ class Selection:
 def _installed(records: Iterable[PluginRecord]) -> tuple[set[str], set[str], list[str]]:
     """(names that select a plugin, names of d5core's own entries, plugins to show)."""
     selectable: set[str] = set()
-    core: set[str] = set()
+    core: set[str] = {canonicalize_name(name) for name, _ in INTERNAL_PLUGINS}
     shown: set[str] = set()
     for rec in records:
         if canonicalize_name(rec.distribution) == _CORE_DISTRIBUTION:

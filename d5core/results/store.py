@@ -107,8 +107,9 @@ class RunRecord:
     load_end: LoadAverage | None = None
 
     def to_json(self) -> dict[str, Any]:
-        """The record as plain JSON types."""
-        return asdict(self)
+        """The record as plain JSON types; its id is ``run_id``, as everywhere in d5's JSON."""
+        data = asdict(self)
+        return {"run_id": data.pop("id"), **data}
 
 
 @dataclass(frozen=True)
@@ -755,14 +756,8 @@ class ResultsStore:
             from d5core.plugins import get_plugin_manager
 
             manager = get_plugin_manager()
-        for out in manager.call_each("d5_result_stored", run_id=run_id, database=str(self._path)):
-            if out.error is not None:
-                _log.warning(
-                    "plugin %r failed in d5_result_stored for run %s: %s",
-                    out.plugin,
-                    run_id,
-                    _one_line(out.error),
-                )
+        # a plugin that raises is left out and warned about by the manager
+        manager.hook.d5_result_stored(run_id=run_id, database=str(self._path))
 
     @contextmanager
     def run(

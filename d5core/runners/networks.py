@@ -24,7 +24,6 @@ __all__ = [
     "BREAKDOWN_REPEATS",
     "BREAKDOWN_TOLERANCE",
     "DEFAULT_BATCH",
-    "REFERENCE_EXECUTOR",
     "Breakdown",
     "NetworkTiming",
     "NetworkValidation",
@@ -47,9 +46,6 @@ __all__ = [
     "validate_network",
     "with_loss",
 ]
-
-#: The executor every other one is validated against.
-REFERENCE_EXECUTOR = "numpy"
 
 
 def load_model(name: str, **kwargs: Any) -> Network:
@@ -212,6 +208,8 @@ class NetworkValidation:
     model: str
     executor: str
     batch: int
+    #: The reference executor the outputs and gradients were compared with.
+    against: str = ""
     outputs: list[Any] = field(default_factory=list)
     gradients: list[Any] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -233,7 +231,7 @@ class NetworkValidation:
         return {
             "model": self.model,
             "executor": self.executor,
-            "against": REFERENCE_EXECUTOR,
+            "against": self.against,
             "batch": self.batch,
             "passed": self.passed,
             "outputs": [c.to_json() for c in self.outputs],
@@ -251,8 +249,16 @@ def validate_network(
     seed: int = 0,
     tolerances: Any = None,
     manager: PluginManager | None = None,
+    reference: str | None = None,
 ) -> NetworkValidation:
-    """Compare ``executor``'s outputs (and gradients, when it trains) with the reference's."""
+    """Compare ``executor``'s outputs (and gradients, when it trains) with the reference's.
+
+    :param reference: the reference executor; ``None`` takes the setting
+        (:func:`~d5core.runners.reference.reference_name`: ``D5_REFERENCE``, else numpy).
+    :raises UsageError: one line, for a reference that is not an installed executor.
+    """
+    from d5core.runners.reference import reference_name
+    from d5core.validate.announce import network_validated
     from d5core.validate.operators import (
         GradientCheck,
         check_arrays,
@@ -260,24 +266,26 @@ def validate_network(
         tolerance_for,
     )
 
+    against = reference_name("d5.frameworks", reference, manager=manager)
     network = load_model(model)
     feeds = make_feeds(network, batch, seed)
-    result = NetworkValidation(model, executor, samples_in(network, feeds))
+    result = NetworkValidation(model, executor, samples_in(network, feeds), against)
     names = [o.name for o in network.outputs]
-    reference = executor_by_name(REFERENCE_EXECUTOR, network, manager).inference(feeds)
+    ref_outputs = executor_by_name(against, network, manager).inference(feeds)
     candidate = executor_by_name(executor, network, manager)
     actual = candidate.inference(feeds)
     result.outputs = compare_outputs(
-        [actual[n] for n in names], [reference[n] for n in names], tolerances=tolerances,
+        [actual[n] for n in names], [ref_outputs[n] for n in names], tolerances=tolerances,
         names=names,
     )  # fmt: skip
     if not getattr(candidate, "trains", True):
         result.notes.append(f"the {executor} executor runs inference only: gradients not checked")
+        network_validated(result.to_json(), manager)
         return result
     trained, loss = with_loss(network.as_float64())
     result.notes.append("gradients compared in float64 (outputs in the model's own dtype)")
     train_feeds = make_feeds(trained, batch, seed)
-    _, ref_grads = executor_by_name(REFERENCE_EXECUTOR, trained, manager).inference_and_backprop(
+    _, ref_grads = executor_by_name(against, trained, manager).inference_and_backprop(
         train_feeds, loss
     )
     _, grads = executor_by_name(executor, trained, manager).inference_and_backprop(
@@ -295,6 +303,7 @@ def validate_network(
             check.metrics, check.failed_metric, check.detail = metrics, failed, why
             check.passed = failed is None
         result.gradients.append(check)
+    network_validated(result.to_json(), manager)
     return result
 
 

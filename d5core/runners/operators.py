@@ -8,7 +8,7 @@ once per problem from a seed and converted by each backend outside the timed reg
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -23,7 +23,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CUSTOM_BACKEND",
-    "REFERENCE_BACKEND",
     "CustomBackend",
     "OperatorTiming",
     "OperatorValidation",
@@ -40,8 +39,6 @@ __all__ = [
     "validate_op",
 ]
 
-#: The backend every other one is validated against.
-REFERENCE_BACKEND = "numpy"
 #: The name under which operators from the ``d5_custom_operators`` hook are selected.
 CUSTOM_BACKEND = "custom"
 
@@ -73,11 +70,7 @@ def backend_by_name(name: str, manager: PluginManager | None = None) -> Operator
     """
     manager = manager or get_plugin_manager()
     if name == CUSTOM_BACKEND:
-        operators, problems = manager.merged("d5_custom_operators")
-        for problem in problems:
-            import click
-
-            click.echo(f"d5: warning: {problem}", err=True)
+        operators = manager.merged("d5_custom_operators")  # clashes are warned about there
         if not operators:
             raise UsageError(
                 "no plugin contributes custom operators (the d5_custom_operators hook); "
@@ -159,7 +152,11 @@ def problem_for(
 
 @dataclass
 class OperatorValidation:
-    """The outcome of validating one operator of one backend on one problem."""
+    """The outcome of validating one operator of one backend on one problem.
+
+    ``op`` is the operator as selected (a custom operator's registered name); the
+    report's ``op_type`` is what the operator declares it implements.
+    """
 
     op: str
     backend: str
@@ -167,6 +164,13 @@ class OperatorValidation:
     problem: str
     against: str
     report: Any
+    #: The reference backend's operator the candidate was compared with: ``op``, or the
+    #: ``op_type`` a custom operator registered under another name declares; ``None``
+    #: when the reference has neither (central differences only).
+    reference_op: str | None = None
+    #: One line on what was compared when it is not the reference's ``op``: which
+    #: operator stood in, or why there was none. Empty otherwise.
+    note: str = ""
 
     @property
     def passed(self) -> bool:
@@ -179,6 +183,8 @@ class OperatorValidation:
             "dtype": self.dtype,
             "problem": self.problem,
             "against": self.against,
+            "reference_op": self.reference_op,
+            "note": self.note,
             "passed": self.passed,
             **{k: v for k, v in self.report.to_json().items() if k != "passed"},
         }
@@ -192,14 +198,27 @@ def validate_op(
     seed: int = 0,
     tolerances: Any = None,
     manager: PluginManager | None = None,
+    reference: str | None = None,
 ) -> OperatorValidation:
     """Validate ``backend_name``'s ``problem.op`` against the reference backend.
 
     The forward outputs and the backward are compared with the reference's, and the
-    backward is checked by central differences in float64. An operator the reference
-    lacks (a new custom operator) is checked by central differences alone.
+    backward is checked by central differences in float64. The reference's operator is
+    the one named ``problem.op``; a custom operator registered under another name is
+    compared with the reference's operator of the ``op_type`` it declares. An operator
+    the reference lacks under both names (a new custom operator) is checked by central
+    differences alone. The result's ``note`` says which of these happened, when it is
+    not the first.
+
+    :param reference: the reference backend; ``None`` takes the setting
+        (:func:`~d5core.runners.reference.reference_name`: ``D5_REFERENCE``, else numpy).
+    :raises UsageError: one line, for a reference that is not an installed backend.
     """
+    from d5core.runners.reference import reference_name
+    from d5core.validate.announce import operator_validated
     from d5core.validate.operators import validate_operator
+
+    reference_backend_name = reference_name("d5.operators", reference, manager=manager)
 
     candidate_backend = backend_by_name(backend_name, manager)
     inputs = problem.make_inputs(dtype, seed)
@@ -209,16 +228,19 @@ def validate_op(
         if dtype != "float64" and "float64" in candidate_backend.dtypes
         else None
     )
-    reference_backend = backend_by_name(REFERENCE_BACKEND, manager)
+    reference_backend = backend_by_name(reference_backend_name, manager)
     names = [spec.name for spec in problem.inputs]
-    if problem.op in reference_backend.supported():
-        reference = build_operator(reference_backend, problem, dtype, inputs)
-        against = REFERENCE_BACKEND
+    compared_with, note = _reference_op(problem.op, candidate.op_type, reference_backend_name,
+                                        reference_backend.supported())  # fmt: skip
+    if compared_with is not None:
+        stand_in = replace(problem, op=compared_with)
+        reference_op = build_operator(reference_backend, stand_in, dtype, inputs)
+        against = reference_backend_name
     else:
-        reference, against = candidate, "central differences only"
+        reference_op, against = candidate, "central differences only"
     report = validate_operator(
         candidate,
-        reference,
+        reference_op,
         inputs,
         tolerances=tolerances,
         gradcheck=candidate.differentiable,
@@ -226,10 +248,36 @@ def validate_op(
         input_names=names,
         float64_candidate=float64,
     )
-    if against != REFERENCE_BACKEND:
+    if against != reference_backend_name:
         report.outputs = []
         report.gradients = [g for g in report.gradients if g.method != "reference"]
-    return OperatorValidation(problem.op, backend_name, dtype, problem.label, against, report)
+    validation = OperatorValidation(problem.op, backend_name, dtype, problem.label, against,
+                                    report, compared_with, note)  # fmt: skip
+    operator_validated(problem.op, backend_name, validation.to_json(), manager)
+    return validation
+
+
+def _reference_op(
+    op: str, op_type: str, reference: str, supported: Collection[str]
+) -> tuple[str | None, str]:
+    """The reference's operator to compare ``op`` with, and a note when it is not ``op``.
+
+    ``op_type`` is what the candidate declares it implements; it stands in for ``op`` (a
+    custom operator's registered name) when the reference has no ``op``.
+    """
+    if op in supported:
+        return op, ""
+    declared = op_type and op_type != op
+    if declared and op_type in supported:
+        return op_type, (
+            f"{reference} has no operator {op!r}; {op} declares op_type {op_type!r}, so it "
+            f"was compared with {reference}'s {op_type}"
+        )
+    also = f" nor {op_type!r}, the op_type {op} declares" if declared else ""
+    return None, (
+        f"{reference} has no operator {op!r}{also}: nothing to compare the outputs with, so "
+        "only the backward was checked, by central differences"
+    )
 
 
 # -- benchmarking ----------------------------------------------------------------------

@@ -126,7 +126,9 @@ def d5_plugin_manager() -> Iterator[PluginManager]:
     """An empty plugin manager, installed as the process-wide one for the test.
 
     Register the plugin under test with ``d5_plugin_manager.register(module)``; hooks
-    and commands of other installed plugins do not interfere.
+    and commands of other installed plugins do not interfere. Only d5's internal
+    ``builtins`` plugin is there, as in every manager: the zoo models, passes, suites and
+    schedules d5 itself offers.
     """
     from d5core.plugins import PluginManager, reset_plugin_manager
 

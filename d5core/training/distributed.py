@@ -2,23 +2,25 @@
 
 Two halves:
 
-- the **parent** (:func:`launch`) re-launches ``d5 run`` under ``mpiexec -n N`` and
-  watches the job: each rank writes a heartbeat file every second and, when it ends, its
-  exit status; the whole job is killed when a rank stops responding or fails while the
-  others still run, and one line names the rank;
+- the **parent** (:func:`launch`) re-launches ``d5 run`` on N ranks with the launcher a
+  communication plugin offers (:func:`rank_launcher`) and watches the job: each rank
+  writes a heartbeat file every second and, when it ends, its exit status; the whole job
+  is killed when a rank stops responding or fails while the others still run, and one
+  line names the rank;
 - a **rank** (:class:`RankContext`) runs in place under a launcher: the rank and size
-  come from the launcher, the communicator is the ``mpi`` plugin's, the recipe's sampler
-  becomes this rank's partition and the optimizer is wrapped by a distribution scheme.
+  come from the launcher (``d5_detect_launcher``), the communicator is the
+  ``d5.communication`` entry the launcher names, the recipe's sampler becomes this rank's
+  partition and the optimizer is wrapped by a distribution scheme.
+
+d5core knows no launcher, communicator or scheme by name: each comes through the level 3
+hooks (:mod:`d5core.hookspecs.distributed`), all called here.
 
 The ranks never outlive the parent. SIGINT, SIGTERM and SIGHUP to the parent
-(:class:`StopSignals`) stop the job cleanly: ``mpiexec`` and every rank are killed before
-the parent ends with :class:`RunInterrupted`. When the parent dies without a chance to
-clean up (SIGKILL), ``mpiexec`` gets SIGTERM from the kernel (``PR_SET_PDEATHSIG`` on
-Linux) and tears the job down, and every rank watches the parent's process
-(:data:`PARENT_PID_ENV`) and exits within a second of its end.
-
-d5core never imports ``mpi4py``: the MPI plugin is loaded through the plugin manager or
-imported inside functions.
+(:class:`StopSignals`) stop the job cleanly: the launcher and every rank are killed
+before the parent ends with :class:`RunInterrupted`. When the parent dies without a
+chance to clean up (SIGKILL), the launcher gets SIGTERM from the kernel
+(``PR_SET_PDEATHSIG`` on Linux) and tears the job down, and every rank watches the
+parent's process (:data:`PARENT_PID_ENV`) and exits within a second of its end.
 
 Test hook: with ``D5_TEST_KILL_RANK=R`` and ``D5_TEST_KILL_AFTER_STEPS=K`` in the
 environment, rank ``R`` sends itself ``SIGKILL`` after its ``K``-th training step (used
@@ -29,10 +31,8 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import importlib
 import json
 import os
-import re
 import shutil
 import signal
 import socket
@@ -44,34 +44,38 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from types import FrameType, TracebackType
-from typing import IO, Any
+from typing import IO, Any, NamedTuple, Protocol
 
 import numpy as np
 import psutil
 
 from d5core.errors import EXIT_FAILED, D5Error, UsageError
-from d5core.levels.distributed import SingleProcessCommunicator
+from d5core.levels.distributed import DistributedOptimizer, SingleProcessCommunicator
 
 __all__ = [
+    "COMMUNICATOR_ENV",
     "DEFAULT_SCHEME",
     "DIR_ENV",
     "KILL_AFTER_ENV",
     "KILL_RANK_ENV",
+    "NO_COMMUNICATION_PLUGIN",
     "PARENT_ENV",
     "PARENT_PID_ENV",
     "RANK_METRICS",
     "RUN_ID_ENV",
-    "SCHEMES",
     "LaunchOutcome",
     "RankContext",
     "RankFailed",
+    "RankLauncher",
     "RunInterrupted",
     "StopSignals",
     "check_rank_options",
     "detect_launcher",
+    "distribution_schemes",
     "launch",
     "parse_scheme_options",
     "partitioned_sampler",
+    "rank_launcher",
     "scheme_class",
 ]
 
@@ -83,20 +87,22 @@ DIR_ENV = "D5_DISTRIBUTED_DIR"
 RUN_ID_ENV = "D5_DISTRIBUTED_RUN_ID"
 #: ``PID@HOST`` of the parent: the ranks on that host exit when that process ends.
 PARENT_PID_ENV = "D5_DISTRIBUTED_PARENT_PID"
+#: The ``d5.communication`` entry the ranks use: set by the parent from its launcher;
+#: under an outside launcher, set it to choose among several installed communicators.
+COMMUNICATOR_ENV = "D5_DISTRIBUTED_COMMUNICATOR"
 #: Test hook: the rank that kills itself ...
 KILL_RANK_ENV = "D5_TEST_KILL_RANK"
 #: ... after this many training steps.
 KILL_AFTER_ENV = "D5_TEST_KILL_AFTER_STEPS"
 
 #: The scheme used when ``--scheme`` is not given: decentralized gradient averaging.
+#: Communication plugins offer a scheme by this name (``d5_distribution_schemes``).
 DEFAULT_SCHEME = "allreduce"
-#: The distribution schemes d5 ships (``d5.optimizers`` entries wrapping a local one).
-SCHEMES: tuple[str, ...] = (
-    "allreduce",
-    "parameter-server",
-    "async-parameter-server",
-    "model-averaging",
-    "dpsgd",
+#: The one line when no installed plugin can run ranks.
+NO_COMMUNICATION_PLUGIN = (
+    "training on several ranks needs a communication plugin (one that implements the "
+    "d5_rank_launcher hook and registers a d5.communication entry), and none is "
+    "installed; docs/distributed.md says which to install"
 )
 #: The per-rank metrics gathered to rank 0, in order.
 RANK_METRICS: tuple[str, ...] = (
@@ -182,20 +188,77 @@ class StopSignals:
         self._old.clear()
 
 
-# -- what the launcher says ----------------------------------------------------------
+# -- the communication plugin's hooks -------------------------------------------------
+
+
+class RankLauncher(Protocol):
+    """What a communication plugin's ``d5_rank_launcher`` hook returns."""
+
+    @property
+    def name(self) -> str:
+        """The launcher's name in messages and in ``d5_diagnose_rank_failure``."""
+
+    @property
+    def communicator(self) -> str:
+        """The ``d5.communication`` entry the ranks it starts use."""
+
+    def command(self, ranks: int, argv: Sequence[str]) -> Sequence[str]:
+        """The command line that runs ``argv`` on ``ranks`` ranks."""
+
+    def hides(self, line: str) -> bool:
+        """Whether ``line`` of the job's output is the launcher's own noise."""
+
+
+def rank_launcher() -> RankLauncher:
+    """The launcher of the first plugin that offers one (``d5_rank_launcher``).
+
+    :raises UsageError: one line, when no plugin offers a launcher, or from the plugin
+        when its launcher cannot run here.
+    """
+    from d5core.plugins import get_plugin_manager
+
+    launcher = get_plugin_manager().hook.d5_rank_launcher()
+    if launcher is None:
+        raise UsageError(NO_COMMUNICATION_PLUGIN)
+    return launcher  # type: ignore[no-any-return]
 
 
 def detect_launcher(environ: Mapping[str, str] | None = None) -> dict[str, Any] | None:
-    """``{"launcher", "rank", "size"}`` when a launcher (MPI, Slurm) started this process."""
+    """``{"launcher", "rank", "size", "communicator"}`` when a launcher started this
+    process (``d5_detect_launcher``); ``communicator`` is ``None`` when it names none."""
     from d5core.plugins import get_plugin_manager
 
     env = dict(os.environ if environ is None else environ)
-    for out in get_plugin_manager().call_each("d5_detect_launcher", environ=env):
-        if out.error is None and out.result:
-            found = dict(out.result)
-            return {"launcher": found.get("launcher"), "rank": int(found["rank"]),
-                    "size": int(found["size"])}  # fmt: skip
-    return None
+    found = get_plugin_manager().hook.d5_detect_launcher(environ=env)
+    if not found:
+        return None
+    return {"launcher": found.get("launcher"), "rank": int(found["rank"]),
+            "size": int(found["size"]), "communicator": found.get("communicator")}  # fmt: skip
+
+
+def distribution_schemes() -> list[str]:
+    """The installed distribution schemes (``d5_distribution_schemes``), each once, in
+    the order the plugins give them; names not in ``d5.optimizers`` are left out."""
+    from d5core.plugins import get_plugin_manager
+
+    manager = get_plugin_manager()
+    installed = set(manager.names("d5.optimizers"))
+    found: list[str] = []
+    for names in manager.hook.d5_distribution_schemes():
+        for name in names or ():
+            if name in installed and name not in found:
+                found.append(name)
+    return found
+
+
+def _diagnosis(launcher: str, rank: int, pid: int | None, output: str) -> str | None:
+    """What the launcher's output says about ``rank`` (``d5_diagnose_rank_failure``)."""
+    from d5core.plugins import get_plugin_manager
+
+    line = get_plugin_manager().hook.d5_diagnose_rank_failure(
+        launcher=launcher, rank=rank, pid=pid, output=output
+    )
+    return " ".join(str(line).split()) if line else None
 
 
 # -- schemes, options, samplers -----------------------------------------------------
@@ -204,26 +267,27 @@ def detect_launcher(environ: Mapping[str, str] | None = None) -> dict[str, Any] 
 def scheme_class(name: str) -> Any:
     """The distribution scheme ``name``: a ``d5.optimizers`` entry wrapping a local one.
 
-    :raises UsageError: one line, for a name that is not a distribution scheme.
+    Any :class:`~d5core.levels.distributed.DistributedOptimizer` entry is accepted;
+    the choices in messages are those of :func:`distribution_schemes`.
+
+    :raises UsageError: one line, for a name that is not a distribution scheme, or
+        :data:`NO_COMMUNICATION_PLUGIN` when no plugin offers schemes.
     """
     from d5core.plugins import get_plugin_manager
 
     manager = get_plugin_manager()
-    base = getattr(importlib.import_module("d5core.levels.distributed"),
-                   "DistributedOptimizer", None)  # fmt: skip
-    known = [n for n in manager.names("d5.optimizers") if n in SCHEMES]
-    if name not in manager.names("d5.optimizers") or (base is None and name not in SCHEMES):
-        raise UsageError(
-            f"no distribution scheme named {name!r}; choose one of "
-            f"{', '.join(known) or 'none installed (install d5-plugin-mpi)'}"
-        )
-    cls = manager.load("d5.optimizers", name)
-    if base is not None and not (isinstance(cls, type) and issubclass(cls, base)):
-        raise UsageError(
-            f"{name!r} is a local optimizer, not a distribution scheme; choose one of "
-            f"{', '.join(known)}"
-        )
-    return cls
+    cls = manager.load("d5.optimizers", name) if name in manager.names("d5.optimizers") else None
+    if isinstance(cls, type) and issubclass(cls, DistributedOptimizer):
+        return cls
+    known = distribution_schemes()
+    if not known:
+        raise UsageError(NO_COMMUNICATION_PLUGIN)
+    if cls is None:
+        raise UsageError(f"no distribution scheme named {name!r}; choose one of {', '.join(known)}")
+    raise UsageError(
+        f"{name!r} is a local optimizer, not a distribution scheme; choose one of "
+        f"{', '.join(known)}"
+    )
 
 
 def parse_scheme_options(items: Iterable[str]) -> dict[str, Any]:
@@ -298,7 +362,7 @@ def check_rank_options(
     global_batch: bool,
 ) -> None:
     """Refuse, in the launching process, what the launch or every rank would refuse
-    before training: no MPI plugin or ``mpiexec``, ``--global-batch`` with a batch that
+    before training: no launcher (:func:`rank_launcher`), ``--global-batch`` with a batch that
     does not split, a sampler that cannot be partitioned, an unknown scheme or bad
     scheme options. Bad options thus end the command with exit 2 before a run is stored.
 
@@ -306,7 +370,7 @@ def check_rank_options(
         training set; :param local: the local optimizer the scheme would wrap.
     :raises UsageError: one line, naming the option.
     """
-    _mpi_launch_module().mpiexec_path()
+    rank_launcher()
     batch = int(settings["batch_size"])
     if global_batch:
         if batch % ranks:
@@ -326,15 +390,32 @@ def check_rank_options(
 # -- a rank --------------------------------------------------------------------------
 
 
+def _only_communicator(installed: Sequence[str]) -> str:
+    """The one installed communicator, for ranks whose launcher names none."""
+    if len(installed) == 1:
+        return installed[0]
+    if not installed:
+        raise UsageError(NO_COMMUNICATION_PLUGIN)
+    raise UsageError(
+        f"several communicators are installed ({', '.join(installed)}) and the launcher "
+        f"does not say which to use; set {COMMUNICATOR_ENV} to one of them"
+    )
+
+
 class RankContext:
     """One rank of a distributed run: communicator, heartbeat, status file, test hook.
 
     :param rank: this rank; :param size: the number of ranks.
     :param directory: the parent's watch directory, or ``None`` under an outside launcher.
+    :param communicator: the ``d5.communication`` entry to use, or ``None`` for the one
+        installed communicator.
     """
 
-    def __init__(self, rank: int, size: int, directory: Path | None) -> None:
+    def __init__(
+        self, rank: int, size: int, directory: Path | None, communicator: str | None = None
+    ) -> None:
         self.rank, self.size, self.directory = rank, size, directory
+        self.communicator_name = communicator
         self.comm: Any = None
         self.steps = 0
         #: Bumped whenever the rank makes progress (a step, a test pass, an epoch): the
@@ -349,12 +430,17 @@ class RankContext:
 
     @classmethod
     def from_environment(cls) -> RankContext | None:
-        """The context of this process when a launcher started it with several ranks."""
+        """The context of this process when a launcher started it with several ranks.
+
+        The communicator is :data:`COMMUNICATOR_ENV`'s, else the one the launcher's
+        detection names, else the one installed."""
         found = detect_launcher()
         if found is None or (found["size"] < 2 and not os.environ.get(PARENT_ENV)):
             return None
         directory = os.environ.get(DIR_ENV)
-        return cls(found["rank"], found["size"], Path(directory) if directory else None)
+        communicator = os.environ.get(COMMUNICATOR_ENV) or found["communicator"] or None
+        return cls(found["rank"], found["size"], Path(directory) if directory else None,
+                   communicator)  # fmt: skip
 
     # heartbeat and status ---------------------------------------------------------
 
@@ -421,15 +507,19 @@ class RankContext:
     # components ---------------------------------------------------------------------
 
     def communicator(self) -> Any:
-        """This rank's communicator (``mpi`` from ``d5.communication``)."""
+        """This rank's communicator: the ``d5.communication`` entry
+        :attr:`communicator_name`, or the only one installed when that is ``None``."""
         if self.comm is None:
             from d5core.plugins import get_plugin_manager
 
-            inner = get_plugin_manager().load("d5.communication", "mpi")()
+            manager = get_plugin_manager()
+            name = self.communicator_name or _only_communicator(manager.names("d5.communication"))
+            inner = manager.load("d5.communication", name)()
             if int(inner.size) != self.size or int(inner.rank) != self.rank:
                 raise UsageError(
-                    f"the launcher says rank {self.rank} of {self.size} but MPI says rank "
-                    f"{inner.rank} of {inner.size}; is mpi4py built for this mpiexec?"
+                    f"the launcher says rank {self.rank} of {self.size} but the {name!r} "
+                    f"communicator says rank {inner.rank} of {inner.size}; is its library "
+                    "built for this launcher?"
                 )
             self.comm = inner
         return self.comm
@@ -487,12 +577,19 @@ class RankContext:
 
 class LaunchOutcome:
     """How a launched job ended: exit ``code`` and, on failure, a one-line ``message``;
-    ``signum`` is the stop signal when the parent was interrupted."""
+    ``signum`` is the stop signal when the parent was interrupted; ``launcher`` is the
+    launcher's name (for messages such as "mpiexec and its 2 ranks were stopped")."""
 
     def __init__(
-        self, code: int, message: str | None, run_id: str | None, signum: int | None = None
+        self,
+        code: int,
+        message: str | None,
+        run_id: str | None,
+        signum: int | None = None,
+        launcher: str = "the launcher",
     ) -> None:
         self.code, self.message, self.run_id, self.signum = code, message, run_id, signum
+        self.launcher = launcher
 
 
 def _process_start(pid: int) -> float | None:
@@ -519,7 +616,7 @@ def _death_signal_setter() -> Callable[[int], Any] | None:
 
 
 def _die_with_parent() -> Callable[[], None] | None:
-    """A ``preexec_fn`` that makes the child (``mpiexec``) get SIGTERM when this thread
+    """A ``preexec_fn`` that makes the child (the launcher) get SIGTERM when this thread
     ends, SIGKILL included; ``None`` where the kernel cannot, or off the main thread
     (whose end is the process's)."""
     setter = _death_signal_setter()
@@ -535,24 +632,15 @@ def _die_with_parent() -> Callable[[], None] | None:
     return setup
 
 
-_BANNER = re.compile(
-    r"^(=+|YOUR APPLICATION TERMINATED|This typically refers|Please see the FAQ|\s*$)"
-)
-
-
-def _mpi_launch_module() -> Any:
-    try:
-        return importlib.import_module("d5_plugin_mpi.launch")
-    except ImportError as exc:
-        raise UsageError(
-            f"--ranks needs the MPI plugin ({exc}); install d5-plugin-mpi with mpi4py"
-        ) from None
-
-
-def _pump(stream: IO[str], sink: list[str], forward: Callable[[str], None] | None) -> None:
+def _pump(
+    stream: IO[str],
+    sink: list[str],
+    forward: Callable[[str], None] | None,
+    hides: Callable[[str], bool],
+) -> None:
     for line in iter(stream.readline, ""):
         sink.append(line)
-        if forward is not None and not _BANNER.match(line):
+        if forward is not None and not hides(line):
             forward(line)
 
 
@@ -581,16 +669,8 @@ def _pid(directory: Path, rank: int) -> int | None:
         return None
 
 
-def _signal_from_output(text: str, pid: int | None) -> int | None:
-    """The exit code Hydra reports for ``pid`` (a signal number when killed)."""
-    if pid is None:
-        return None
-    m = re.search(rf"PID {pid} RUNNING AT .*?\n.*?EXIT CODE: (\d+)", text)
-    return int(m.group(1)) if m else None
-
-
 def _kill(proc: subprocess.Popen[str], directory: Path, ranks: int) -> None:
-    """Kill mpiexec's process group and every rank still alive."""
+    """Kill the launcher's process group and every rank still alive."""
     pids = [p for p in (_pid(directory, r) for r in range(ranks)) if p is not None]
     for sig in (signal.SIGTERM, signal.SIGKILL):
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -613,28 +693,39 @@ def _heartbeat_age(directory: Path, rank: int) -> float:
         return -1.0
 
 
-def _diagnose(directory: Path, ranks: int, output: str) -> tuple[int, str] | None:
-    """After the job ended: the rank that did not end well, as (code, line).
+class _Diagnosis(NamedTuple):
+    """How a job ended badly: exit code, one line, and whether the launcher said so."""
 
-    A rank without an exit status died: the one Hydra reports (with its signal) or else
-    the one whose heartbeat stopped first (the launcher kills the others after it).
+    code: int
+    message: str
+    by_launcher: bool = False
+
+
+def _diagnose(directory: Path, ranks: int, output: str, launcher: str) -> _Diagnosis | None:
+    """After the job ended: the rank that did not end well.
+
+    A rank without an exit status died: the first one the launcher's output accounts for
+    (``d5_diagnose_rank_failure``), or else the one whose heartbeat stopped first (the
+    launcher kills the others after it).
     """
     missing = [r for r in range(ranks) if _read_status(directory, r) is None]
     for rank in missing:
-        sig = _signal_from_output(output, _pid(directory, rank))
-        if sig is not None and 0 < sig < 64:
-            return EXIT_FAILED, f"rank {rank} exited with signal {sig}"
+        line = _diagnosis(launcher, rank, _pid(directory, rank), output)
+        if line is not None:
+            return _Diagnosis(EXIT_FAILED, line, by_launcher=True)
     if missing:
         rank = max(missing, key=lambda r: _heartbeat_age(directory, r))
         if _pid(directory, rank) is None:
-            return EXIT_FAILED, f"rank {rank} never started"
-        return EXIT_FAILED, f"rank {rank} died without an exit status (killed by a signal?)"
+            return _Diagnosis(EXIT_FAILED, f"rank {rank} never started")
+        return _Diagnosis(
+            EXIT_FAILED, f"rank {rank} died without an exit status (killed by a signal?)"
+        )
     for rank in range(ranks):
         st = _read_status(directory, rank)
         assert st is not None
         if int(st["code"]) != 0:
             error = str(st.get("error") or f"exit status {st['code']}")
-            return int(st["code"]), error if rank == 0 else f"rank {rank}: {error}"
+            return _Diagnosis(int(st["code"]), error if rank == 0 else f"rank {rank}: {error}")
     return None
 
 
@@ -648,12 +739,14 @@ def launch(
     on_failure: Callable[[str | None, str], None] | None = None,
     stop: StopSignals | None = None,
 ) -> LaunchOutcome:
-    """Run ``python -m d5core ARGV`` on ``ranks`` ranks under ``mpiexec`` and watch it.
+    """Run ``python -m d5core ARGV`` on ``ranks`` ranks with :func:`rank_launcher`'s
+    launcher and watch it.
 
-    Rank output on stdout is passed through (without Hydra's banners); stderr is kept
-    and shown only when the job succeeds. The job is killed when a rank's heartbeat is
-    older than ``rank_timeout`` seconds or a rank exited non-zero while the others still
-    run; ``on_failure(run_id, line)`` is then called before the outcome is returned.
+    Rank output on stdout is passed through (without the lines the launcher
+    :meth:`~RankLauncher.hides`); stderr is kept and shown only when the job succeeds.
+    The job is killed when a rank's heartbeat is older than ``rank_timeout`` seconds or
+    a rank exited non-zero while the others still run; ``on_failure(run_id, line)`` is
+    then called before the outcome is returned.
     A stop signal (``stop``'s, or one noted while this runs) kills the job too; the
     outcome then carries its ``signum`` and ``on_failure`` is not called.
     """
@@ -674,10 +767,10 @@ def _sweep_watch_directories() -> None:
             shutil.rmtree(directory, ignore_errors=True)
 
 
-def _interrupted(stop: StopSignals, run_id: str | None) -> LaunchOutcome:
+def _interrupted(stop: StopSignals, run_id: str | None, launcher: str) -> LaunchOutcome:
     assert stop.received is not None
     return LaunchOutcome(128 + stop.received, f"interrupted by {stop.name}", run_id,
-                         signum=stop.received)  # fmt: skip
+                         signum=stop.received, launcher=launcher)  # fmt: skip
 
 
 def _launch(
@@ -689,25 +782,25 @@ def _launch(
     on_failure: Callable[[str | None, str], None] | None,
     stop: StopSignals,
 ) -> LaunchOutcome:
-    mpi = _mpi_launch_module()
-    if not mpi.mpiexec_path():
-        raise UsageError("--ranks needs mpiexec on PATH (install MPICH or Open MPI)")
+    launcher = rank_launcher()
     if stop.received is not None:
-        return _interrupted(stop, run_id)
+        return _interrupted(stop, run_id, launcher.name)
     _sweep_watch_directories()
     directory = Path(tempfile.mkdtemp(prefix=_DIR_PREFIX))
     try:
         (directory / "parent").write_text(f"{os.getpid()} {_process_start(os.getpid())}")
         environ = {**os.environ, **dict(env or {}), PARENT_ENV: "1", DIR_ENV: str(directory),
-                   PARENT_PID_ENV: f"{os.getpid()}@{socket.gethostname()}"}  # fmt: skip
+                   PARENT_PID_ENV: f"{os.getpid()}@{socket.gethostname()}",
+                   COMMUNICATOR_ENV: launcher.communicator}  # fmt: skip
         if run_id is not None:
             environ[RUN_ID_ENV] = run_id
-        cmd = list(mpi.build_command(ranks, [sys.executable, "-m", "d5core", *argv]))
+        cmd = list(launcher.command(ranks, [sys.executable, "-m", "d5core", *argv]))
         proc = subprocess.Popen(cmd, env=environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True, start_new_session=True,
                                 preexec_fn=_die_with_parent())  # fmt: skip
         try:
-            return _follow(proc, directory, ranks, rank_timeout, run_id, on_failure, stop)
+            return _follow(proc, launcher, directory, ranks, rank_timeout, run_id, on_failure,
+                           stop)  # fmt: skip
         except BaseException:
             _kill(proc, directory, ranks)
             raise
@@ -717,6 +810,7 @@ def _launch(
 
 def _follow(
     proc: subprocess.Popen[str],
+    launcher: RankLauncher,
     directory: Path,
     ranks: int,
     rank_timeout: float,
@@ -734,9 +828,11 @@ def _follow(
 
     assert proc.stdout is not None and proc.stderr is not None
     pumps = [
-        threading.Thread(target=_pump, args=(proc.stdout, out, echo), daemon=True),
-        threading.Thread(target=_pump, args=(proc.stderr, err, None), daemon=True),
-    ]
+        threading.Thread(target=_pump, args=(proc.stdout, out, echo, launcher.hides),
+                         daemon=True),
+        threading.Thread(target=_pump, args=(proc.stderr, err, None, launcher.hides),
+                         daemon=True),
+    ]  # fmt: skip
     for t in pumps:
         t.start()
     failure = _watch(proc, directory, ranks, rank_timeout, stop)
@@ -746,23 +842,24 @@ def _follow(
     for t in pumps:
         t.join(timeout=2.0)
     if failure is not None and stop.received is not None:
-        return _interrupted(stop, run_id or _read_run_id(directory))
+        return _interrupted(stop, run_id or _read_run_id(directory), launcher.name)
     text = "".join(out) + "".join(err)
-    diag = _diagnose(directory, ranks, text)
+    diag = _diagnose(directory, ranks, text, launcher.name)
     found = diag
     if failure is not None:
-        better = diag is not None and "with signal" in diag[1] and "died" in failure
-        found = diag if better else (EXIT_FAILED, failure)
+        # The launcher's account of a death (its signal) says more than the watchdog's.
+        better = diag is not None and diag.by_launcher and "died" in failure
+        found = diag if better else _Diagnosis(EXIT_FAILED, failure)
     rid = run_id or _read_run_id(directory)
     if found is None and proc.returncode != 0:
-        found = (EXIT_FAILED, f"mpiexec exited with status {proc.returncode}")
+        found = _Diagnosis(EXIT_FAILED, f"{launcher.name} exited with status {proc.returncode}")
     if found is None:
-        sys.stderr.write("".join(line for line in err if not _BANNER.match(line)))
-        return LaunchOutcome(0, None, rid)
-    code, message = found
+        sys.stderr.write("".join(line for line in err if not launcher.hides(line)))
+        return LaunchOutcome(0, None, rid, launcher=launcher.name)
+    code, message, _ = found
     if on_failure is not None:
         on_failure(rid, message)
-    return LaunchOutcome(code, message, rid)
+    return LaunchOutcome(code, message, rid, launcher=launcher.name)
 
 
 def _read_run_id(directory: Path) -> str | None:

@@ -3,7 +3,12 @@
 A recipe has three sections. FIXED describes the problem (model, dataset, epochs, test
 cadence, target): nobody may change it. MUTABLE holds each competitor's choices
 (executor, optimizer, learning rate, batch size, ...). METRICS maps a metric name to a
-threshold ``{"min": x}`` (the value must be at least x) and/or ``{"max": x}``.
+threshold ``{"min": x}`` (the value must be at least x) and/or ``{"max": x}``. The name
+is one of the run's own figures (:data:`METRIC_NAMES`) or any metric installed in
+``d5.metrics``; an installed metric is attached to the run, built with the entry's
+``options`` table as keyword arguments (``{"max": 2e9, "options": {"device": "cpu"}}``),
+and its result's ``value`` is checked. An entry with ``options`` and no threshold only
+measures and stores (:mod:`d5core.metrics.selection`).
 
 Two forms: a TOML file with ``[fixed]``, ``[mutable]`` and ``[metrics]`` tables (no code
 runs; preferred), or a Python file defining ``FIXED``, ``MUTABLE`` and ``METRICS`` dicts
@@ -89,7 +94,9 @@ DEFAULTS: dict[str, Any] = {
     "eval_batch_size": 256,
     "seed": 0,
 }
-#: Metrics a recipe may put thresholds on, with what they are.
+#: The run's own figures, which every run reports, with what they are. A recipe may put
+#: thresholds on these and on every metric installed in ``d5.metrics``; a name in both
+#: means the figure.
 METRIC_NAMES: dict[str, str] = {
     "final_test_accuracy": "accuracy of the last test pass (fraction)",
     "best_test_accuracy": "best test-pass accuracy (fraction)",
@@ -165,11 +172,16 @@ class Recipe:
     form: str
     fixed: dict[str, Any]
     mutable: dict[str, Any]
-    metrics: dict[str, dict[str, float]]
+    #: METRICS: each metric's ``min`` and/or ``max``, and the ``options`` of an installed
+    #: metric when the recipe gives some.
+    metrics: dict[str, dict[str, Any]]
     hash: str
     overrides: dict[str, Any] = field(default_factory=dict)
     #: The hash of the recipe as loaded, before any override.
     loaded_hash: str = ""
+    #: Installed metrics attached without a threshold (``d5 run --metric``); they are
+    #: observations, not part of the problem, so they leave ``hash`` alone.
+    extra_metrics: tuple[str, ...] = ()
 
     def settings(self) -> dict[str, Any]:
         """Defaults, then FIXED, then MUTABLE: every setting the run uses."""
@@ -220,6 +232,38 @@ class Recipe:
         _check_settings(self.name, {**self.fixed, **mutable})
         digest = sections_hash(self.fixed, mutable, self.metrics)
         return replace(self, mutable=mutable, overrides=changes, hash=digest)
+
+    def with_metrics(self, names: Sequence[str]) -> Recipe:
+        """A copy that also measures the installed metrics ``names`` (``--metric``),
+        without a threshold and with their default options.
+
+        :raises UsageError: for a name that is neither a figure of the run nor an
+            installed metric, listing both.
+        """
+        extra = list(self.extra_metrics)
+        installed: list[str] | None = None
+        for name in names:
+            if name not in METRIC_NAMES:
+                installed = _installed() if installed is None else installed
+                if name not in installed:
+                    raise UsageError(f"--metric: unknown metric {name!r}; {_unknown(installed)}")
+            if name not in extra:
+                extra.append(name)
+        return replace(self, extra_metrics=tuple(extra))
+
+    def selected_metrics(self) -> dict[str, dict[str, Any]]:
+        """The installed metrics this run attaches on top of its own figures: those of
+        METRICS that are not a figure (:data:`METRIC_NAMES`), then those of
+        :meth:`with_metrics`; each with the options to build it with."""
+        chosen = {
+            name: dict(entry.get("options", {}))
+            for name, entry in self.metrics.items()
+            if name not in METRIC_NAMES
+        }
+        for name in self.extra_metrics:
+            if name not in METRIC_NAMES:
+                chosen.setdefault(name, {})
+        return chosen
 
     def run_seed(self, seed: int | None) -> int:
         """The seed a run uses: ``seed`` (``--seed``) when given, else the recipe's.
@@ -301,20 +345,56 @@ def _check_settings(name: str, merged: Mapping[str, Any]) -> None:
             raise UsageError(f"recipe {name}: {key} must be a table/dict, got {merged[key]!r}")
 
 
-def _check_metrics(name: str, metrics: Mapping[str, Any]) -> dict[str, dict[str, float]]:
-    out: dict[str, dict[str, float]] = {}
-    for metric, bound in metrics.items():
+def _installed() -> list[str]:
+    from d5core.metrics.selection import installed_metrics
+
+    return installed_metrics()
+
+
+def _unknown(installed: Sequence[str]) -> str:
+    """Why a metric name is refused: the names that can be selected instead."""
+    others = [n for n in installed if n not in METRIC_NAMES]
+    return (
+        f"the run's own figures: {', '.join(METRIC_NAMES)}; other installed metrics "
+        f"(d5.metrics): {', '.join(others) or 'none'} ('d5 list-plugins' lists them all)"
+    )
+
+
+def _check_options(name: str, metric: str, options: Any) -> dict[str, Any]:
+    """The ``options`` of an installed metric in METRICS, checked by building the metric
+    once with them (this imports the metric's module; the run builds its own)."""
+    from d5core.metrics.selection import make_metric
+
+    where = f"recipe {name}: metric {metric}"
+    if metric in METRIC_NAMES:
+        raise UsageError(
+            f"{where} is one of the run's own figures and takes no options; drop its options table"
+        )
+    if not isinstance(options, Mapping):
+        raise UsageError(f"{where}: options must be a table of keyword arguments, got {options!r}")
+    checked = dict(options)
+    make_metric(metric, checked, where)
+    return checked
+
+
+def _check_metrics(name: str, metrics: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    installed: list[str] | None = None
+    for metric, entry in metrics.items():
         if metric not in METRIC_NAMES:
-            raise UsageError(
-                f"recipe {name}: unknown metric {metric!r} in METRICS; known: "
-                f"{', '.join(METRIC_NAMES)}"
-            )
-        if not isinstance(bound, Mapping) or not bound or set(bound) - {"min", "max"}:
+            installed = _installed() if installed is None else installed
+            if metric not in installed:
+                raise UsageError(
+                    f"recipe {name}: unknown metric {metric!r} in METRICS; {_unknown(installed)}"
+                )
+        if not isinstance(entry, Mapping) or not entry or set(entry) - {"min", "max", "options"}:
             raise UsageError(
                 f'recipe {name}: metric {metric} needs a threshold {{"min": x}} and/or '
-                f'{{"max": x}}, got {bound!r}'
+                f'{{"max": x}} (an installed metric may add {{"options": {{...}}}}), '
+                f"got {entry!r}"
             )
-        checked: dict[str, float] = {}
+        bound = {side: value for side, value in entry.items() if side != "options"}
+        checked: dict[str, Any] = {}
         for side, value in bound.items():
             if (
                 isinstance(value, bool)
@@ -336,6 +416,8 @@ def _check_metrics(name: str, metrics: Mapping[str, Any]) -> dict[str, dict[str,
                 f"recipe {name}: metric {metric} has min {checked['min']} "
                 f"above max {checked['max']}"
             )
+        if "options" in entry:
+            checked["options"] = _check_options(name, metric, entry["options"])
         out[metric] = checked
     return out
 
@@ -446,9 +528,12 @@ def _run_python_recipe(path: Path) -> dict[str, Any]:
 def load_recipe(path: str | Path) -> Recipe:
     """Load and check the recipe at ``path`` (``.toml`` or ``.py``).
 
+    The plugins' ``d5_recipe_loaded`` hook sees the checked recipe before it is
+    returned.
+
     :raises UsageError: one line naming the problem: a parse error (with its line), an
         unknown key, a key in both FIXED and MUTABLE, a problem key outside FIXED, a
-        missing required key, a bad value or threshold.
+        missing required key, a bad value or threshold, or a plugin's refusal.
     """
     path = Path(path)
     form, raw = _read(path)
@@ -487,18 +572,46 @@ def load_recipe(path: str | Path) -> Recipe:
         digest = sections_hash(fixed, mutable, checked)
     except UsageError as exc:
         raise UsageError(f"recipe {name}: {exc}") from None
-    return Recipe(name, str(path), form, fixed, mutable, checked, digest, loaded_hash=digest)
+    recipe = Recipe(name, str(path), form, fixed, mutable, checked, digest, loaded_hash=digest)
+    _announce(recipe)
+    return recipe
+
+
+def _announce(recipe: Recipe) -> None:
+    """Show the plugins the loaded recipe (``d5_recipe_loaded``) as a copy, read-only at
+    the top: a plugin may refuse the recipe by raising, never change it."""
+    from types import MappingProxyType
+
+    from d5core.plugins import get_plugin_manager
+
+    view = json.loads(
+        json.dumps(
+            {
+                "name": recipe.name,
+                "path": recipe.path,
+                "form": recipe.form,
+                "fixed": recipe.fixed,
+                "mutable": recipe.mutable,
+                "metrics": recipe.metrics,
+                "hash": recipe.hash,
+            }
+        )
+    )
+    get_plugin_manager().hook.d5_recipe_loaded(recipe=MappingProxyType(view))
 
 
 def check_thresholds(recipe: Recipe, values: Mapping[str, float | None]) -> list[dict[str, Any]]:
     """Check every METRICS threshold against ``values``; one dict per threshold.
 
-    A missing value (a target never reached) fails its threshold.
+    A missing value (a target never reached, a metric that could not measure) fails its
+    threshold. An entry with options and no threshold checks nothing.
     """
     checks: list[dict[str, Any]] = []
     for metric, bound in recipe.metrics.items():
         value = values.get(metric)
         for side, limit in bound.items():
+            if side == "options":
+                continue
             ok = (
                 value is not None
                 and math.isfinite(value)

@@ -99,10 +99,13 @@ BUILTIN_SCHEDULES: dict[str, Callable[..., Schedule]] = {
 
 
 def _available() -> dict[str, Callable[..., Schedule]]:
+    """Every schedule, from the ``d5_lr_schedules`` hook: :data:`BUILTIN_SCHEDULES`
+    comes from d5's internal ``builtins`` plugin and is kept on a name a plugin offers
+    too (the clash is reported). An entry that is not callable is left out."""
     from d5core.plugins import get_plugin_manager
 
-    offered, _problems = get_plugin_manager().merged("d5_lr_schedules")
-    return {**{k: v for k, v in offered.items() if callable(v)}, **BUILTIN_SCHEDULES}
+    offered = get_plugin_manager().merged("d5_lr_schedules")
+    return {k: v for k, v in offered.items() if callable(v)}
 
 
 def make_schedule(

@@ -8,13 +8,14 @@ hands them back to the executor. Everything it does is published on the metric b
 plugin's metric read the same events.
 
 When the optimizer is native to the executor's framework (``optimizer.native ==
-executor.name``, the executor offers ``native_train_step``) and no gradient modifiers are
-set, the trainer takes the *native path* instead: the optimizer is bound to the
-executor's live tensors and each step stays in the framework (no numpy round trip). The
-choice is reported as :attr:`TrainingResult.optimizer_path`. On that path an executor
-that offers ``native_correct_counter`` (see :class:`CorrectCounter`) counts the correct
-predictions of training on its device, read once per epoch: the end of ``train.epoch``
-carries the epoch's ``correct`` and ``count`` instead of each ``train.step``.
+executor.name``, the executor is a :class:`~d5core.levels.training.NativeTraining`) and
+no gradient modifiers are set, the trainer takes the *native path* instead: the
+optimizer is bound to the executor's live tensors and each step stays in the framework
+(no numpy round trip). The choice is reported as
+:attr:`TrainingResult.optimizer_path`. On that path an executor that offers
+``native_correct_counter`` (see :class:`CorrectCounter`) counts the correct predictions
+of training on its device, read once per epoch: the end of ``train.epoch`` carries the
+epoch's ``correct`` and ``count`` instead of each ``train.step``.
 
 The run's clock (``run.start``, time to accuracy, wall time, time budget) starts at the
 first touch of data, as MLPerf's does. A caller that loads the data before it can build
@@ -32,8 +33,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from d5core.bus import END, TEST_PASS, TRAIN_EPOCH, TRAIN_STEP, MetricBus
+from d5core.bus import END, TEST_PASS, TRAIN_EPOCH, TRAIN_STEP, MetricBus, attach_plugins
 from d5core.errors import UsageError
+from d5core.levels.training import CorrectCounter, NativeTraining
 
 __all__ = [
     "COMPLETE",
@@ -79,27 +81,6 @@ class _Optimizer(Protocol):
     lr: float
 
     def step(self, params: dict[str, np.ndarray], grads: Mapping[str, np.ndarray]) -> Any: ...
-
-
-class CorrectCounter(Protocol):
-    """What an executor's ``native_correct_counter()`` returns (optional, native path).
-
-    It counts the correct predictions of training batches where the logits live (the
-    executor's device) and reads the count back only when asked, so that a training
-    step needs no device-to-host sync for its accuracy. An executor without
-    ``native_correct_counter`` gets the per-step count (an argmax and one ``.item()``).
-    """
-
-    def add(self, logits: Any, labels: Any) -> None:
-        """Count the rows where ``logits.argmax(-1) == labels``, later: no host sync.
-
-        The counter may keep ``logits`` and ``labels`` until :meth:`take`; the caller
-        must not change them in place before then.
-        """
-
-    def take(self) -> int:
-        """The count of everything added since the last take (one host sync); resets."""
-        ...
 
 
 @dataclass(frozen=True)
@@ -206,9 +187,11 @@ class RunClock:
         return clock
 
     def begin(self, **payload: Any) -> None:
-        """Attach the metrics, publish ``run.start`` with ``payload`` and take the time."""
+        """Attach the metrics and the plugins (``d5_bus_subscribe``, once per bus),
+        publish ``run.start`` with ``payload`` and take the time."""
         for metric in self.metrics:
             metric.attach(self.bus)
+        attach_plugins(self.bus)
         self.bus.publish(RUN_START, level=_LEVEL, **payload)
         self.t0, self.started = time.perf_counter(), True
 
@@ -242,19 +225,19 @@ def _first_output(executor: Any) -> str:
 
 
 def native_capable(executor: Any, optimizer: Any) -> bool:
-    """Whether ``optimizer`` can step ``executor``'s own tensors (duck typing only).
+    """Whether ``optimizer`` can step ``executor``'s own tensors.
 
-    True when ``optimizer.native`` names the executor's framework (``executor.name``)
-    and the executor has ``native_train_step`` and ``to_native``, the optimizer ``bind``
-    and ``native_step``. ``native_correct_counter`` (a :class:`CorrectCounter`) is
-    optional: without it training accuracy is counted on the host every step.
+    True when the executor is a :class:`~d5core.levels.training.NativeTraining`
+    (``to_native``, ``native_parameters``, ``native_train_step``), ``optimizer.native``
+    names its framework (``executor.name``) and the optimizer has ``bind`` and
+    ``native_step``. ``native_correct_counter`` (a :class:`CorrectCounter`) is optional:
+    without it training accuracy is counted on the host every step.
     """
     native = getattr(optimizer, "native", None)
     return (
         native is not None
         and native == getattr(executor, "name", None)
-        and callable(getattr(executor, "native_train_step", None))
-        and callable(getattr(executor, "to_native", None))
+        and isinstance(executor, NativeTraining)
         and callable(getattr(optimizer, "bind", None))
         and callable(getattr(optimizer, "native_step", None))
     )

@@ -345,8 +345,11 @@ SUITES["cpu-small"] = SUITES["cpu-small-gemm"] + SUITES["cpu-small-conv"]
 SUITES["deepbench"] = SUITES["deepbench-gemm"] + SUITES["deepbench-conv"]
 
 
-def _from_hook(suite_name: str, spec: Mapping[str, Any]) -> Problem:
-    """A problem contributed by a plugin as ``{"op", "shapes", "attributes"?, "name"?}``."""
+def _from_hook(suite_name: str, spec: Problem | Mapping[str, Any]) -> Problem:
+    """A problem contributed through the hook: a :class:`Problem`, or a mapping
+    ``{"op", "shapes", "attributes"?, "name"?, "flops"?}``."""
+    if isinstance(spec, Problem):
+        return spec
     try:
         shapes = [tuple(int(d) for d in shape) for shape in spec["shapes"]]
         return Problem(
@@ -364,20 +367,18 @@ def _from_hook(suite_name: str, spec: Mapping[str, Any]) -> Problem:
 
 
 def all_suites() -> dict[str, list[Problem]]:
-    """The built-in suites and those plugins add through ``d5_operator_shape_suites``."""
+    """Every suite, from the ``d5_operator_shape_suites`` hook: :data:`SUITES` comes
+    from d5's internal ``builtins`` plugin and is kept on a name a plugin offers too (the clash is
+    reported)."""
     from d5core.plugins import get_plugin_manager
 
-    suites = dict(SUITES)
-    contributed, _problems = get_plugin_manager().merged("d5_operator_shape_suites")
-    for name, specs in contributed.items():
-        if name not in suites:
-            suites[name] = [_from_hook(name, spec) for spec in specs]
-    return suites
+    contributed = get_plugin_manager().merged("d5_operator_shape_suites")
+    return {name: [_from_hook(name, spec) for spec in specs] for name, specs in contributed.items()}
 
 
 def suite(name: str, op: str | None = None) -> list[Problem]:
     """The problems of suite ``name``, only those of operator ``op`` if given."""
-    suites = SUITES if name in SUITES else all_suites()
+    suites = all_suites()
     if name not in suites:
         known = ", ".join(sorted(suites))
         raise UsageError(f"no operator suite named {name!r}; known suites: {known}")

@@ -12,6 +12,7 @@ import math
 import numpy as np
 import pytest
 
+from d5core.cli.output import read_json
 from d5core.errors import UsageError
 from d5core.measure.engine import MeasureOptions, measure
 from d5core.measure.invocations import JOB_KINDS, Job, JobResult, ProcessRun, job_target
@@ -200,7 +201,7 @@ def test_bench_op_measures_in_processes_and_stores_each_sample_with_its_process(
 ):
     result = _bench(d5_cli, "--processes", "3", "--rel-ci", "0", "--json")
     assert result.exit_code == 0, result.stderr
-    (row,) = json.loads(result.stdout)
+    (row,) = read_json(result.stdout)
     assert row["processes"] == 3 and row["between_known"] is True
     assert row["between_ci_low"] <= row["median"] <= row["between_ci_high"]
     with ResultsStore.open(tmp_path / "results.sqlite") as store:
@@ -223,7 +224,7 @@ def test_processes_1_is_labelled_between_run_variance_unknown(fake_backend, d5_c
     assert result.exit_code == 0, result.stderr
     assert BETWEEN_UNKNOWN in result.stdout
     as_json = _bench(d5_cli, "--processes", "1", "--json")
-    (row,) = json.loads(as_json.stdout)
+    (row,) = read_json(as_json.stdout)
     assert row["between_label"] == BETWEEN_UNKNOWN and row["processes"] == 1
 
 
@@ -279,7 +280,7 @@ def test_fitness_warnings_are_printed_and_stored_with_the_run(
     result = _bench(d5_cli, "--processes", "1", "--json")
     assert result.exit_code == 0, result.stderr
     assert "d5: warning: the machine hums" in result.stderr
-    (row,) = json.loads(result.stdout)
+    (row,) = read_json(result.stdout)
     with ResultsStore.open(tmp_path / "results.sqlite") as store:
         fitness = store.get_run(row["run_id"]).config["fitness"]
     assert fitness["warnings"] == ["the machine hums"]
@@ -289,14 +290,14 @@ def test_fitness_warnings_are_printed_and_stored_with_the_run(
 def test_processes_stop_once_every_between_process_ci_is_within_rel_ci(fake_backend, d5_cli):
     result = _bench(d5_cli, "--processes", "6", "--rel-ci", "100", "--json")
     assert result.exit_code == 0, result.stderr
-    (row,) = json.loads(result.stdout)
+    (row,) = read_json(result.stdout)
     assert row["processes"] == 3  # the minimum, then the CI was narrow enough
 
 
 def test_cpus_pin_the_workers_and_are_recorded(fake_backend, d5_cli, tmp_path):
     result = _bench(d5_cli, "--processes", "1", "--cpus", "0", "--json")
     assert result.exit_code == 0, result.stderr
-    (row,) = json.loads(result.stdout)
+    (row,) = read_json(result.stdout)
     with ResultsStore.open(tmp_path / "results.sqlite") as store:
         config = store.get_run(row["run_id"]).config
     assert config["cpus"] == [0]
@@ -321,7 +322,7 @@ def test_two_backends_closer_than_the_noise_floor_are_said_to_be_within_noise(
     ]  # fmt: skip
     result = d5_cli(*args, "--json")
     assert result.exit_code == 0, result.stderr
-    rows = {r["backend"]: r for r in json.loads(result.stdout)}
+    rows = {r["backend"]: r for r in read_json(result.stdout)}
     assert rows["fakerelu"]["noise_floor"] == 0.9
     # Usually well within 90%; a burst of load on a shared machine can still split one
     # process's median from the other's, so the verdict is checked against the medians.

@@ -18,7 +18,7 @@ from d5core.bus import (
     use_bus,
 )
 from d5core.hookspecs import hookimpl
-from d5core.plugins import PluginManager
+from d5core.plugins import PluginManager, PluginWarning
 
 
 def collect(bus: MetricBus, name: str) -> list[Event]:
@@ -192,8 +192,21 @@ def test_attach_plugins_isolates_a_plugin_that_fails_to_subscribe() -> None:
     manager.register(good, "good")
     manager.register(_Broken(), "broken")
     bus = MetricBus()
-    with pytest.warns(RuntimeWarning, match="'broken' failed to subscribe"):
+    with pytest.warns(PluginWarning, match="'broken' failed in d5_bus_subscribe"):
         outcomes = attach_plugins(bus, manager)
     assert {o.plugin: o.error is None for o in outcomes} == {"good": True, "broken": False}
     bus.publish(OP_FORWARD)
     assert len(good.events) == 1
+
+
+def test_attach_plugins_subscribes_each_plugin_once_per_bus() -> None:
+    manager = PluginManager(discover_installed=False)
+    good = _Subscriber()
+    manager.register(good, "good")
+    bus, other = MetricBus(), MetricBus()
+    first = attach_plugins(bus, manager)
+    assert attach_plugins(bus, manager) is first  # a run that starts again on its bus
+    attach_plugins(other, manager)
+    bus.publish(OP_FORWARD)
+    other.publish(OP_FORWARD)
+    assert len(good.events) == 2

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from d5core import PLUGIN_API_VERSION, __version__
+from d5core.cli.output import read_json
 from d5core.errors import CheckFailed
+from d5core.plugins import PluginWarning
 
 BROKEN = {"modules": {"boom_mod.py": "raise ImportError('no module named fancy_sdk')\n"}}
 
@@ -21,7 +21,7 @@ def test_version_shows_core_and_plugin_api(d5_cli):
 def test_list_plugins_json_has_the_documented_keys(d5_cli):
     result = d5_cli("list-plugins", "--json")
     assert result.exit_code == 0
-    rows = json.loads(result.stdout)
+    rows = read_json(result.stdout)
     core = next(r for r in rows if r["name"] == "core")
     assert {"name", "group", "distribution", "version", "status", "error", "hooks"} <= set(core)
     assert core["status"] == "ok" and core["distribution"] == "d5core"
@@ -39,7 +39,7 @@ def test_check_exits_one_naming_the_broken_plugin(d5_site, d5_cli):
     d5_site.add("d5-plugin-boom", entry_points={"d5.hooks": {"boom": "boom_mod"}}, **BROKEN)
     result = d5_cli("list-plugins", "--check", "--json")
     assert result.exit_code == 1
-    assert json.loads(result.stdout)
+    assert read_json(result.stdout)
     assert result.stderr.strip() == "d5: error: plugin check failed for: boom (failed)"
 
 
@@ -126,6 +126,6 @@ def test_a_plugin_failing_to_add_commands_does_not_stop_the_others(d5_site, d5_c
             """
         },
     )
-    result = d5_cli("greet")
+    with pytest.warns(PluginWarning, match="'d5-plugin-badcmds:badcmds' failed in d5_cli_commands"):
+        result = d5_cli("greet")
     assert result.exit_code == 0
-    assert "could not add its commands: commands exploded" in result.stderr

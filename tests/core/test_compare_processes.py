@@ -3,12 +3,12 @@ and calls only changes above the machine's noise floor (item 3)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from d5core.cli.output import read_json
 from d5core.measure.noise import machine_fingerprint, machine_identity_of
 from d5core.plugins import PluginManager
 from d5core.results import ResultsStore
@@ -72,7 +72,7 @@ def _calibrate(db: Path, floor: float, env: dict = ENV) -> str:
 def _compare(d5_cli, db: Path, a: str, b: str, *extra: str) -> tuple[dict, dict]:
     result = d5_cli("results", "compare", a, b, "--json", "--db", str(db), *extra)
     assert result.exit_code == 0, result.stderr
-    doc = json.loads(result.stdout)
+    doc = read_json(result.stdout)
     (row,) = doc["comparisons"]
     return doc, row
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -46,6 +47,18 @@ def test_digits_unflattened_gives_one_channel_8x8_images() -> None:
     ds = load_dataset("digits", flatten=False)
     assert ds.input_shape == (1, 8, 8)
     assert ds.batch([0, 5, 7])[0].shape == (3, 1, 8, 8)
+
+
+def test_digits_without_scikit_learn_says_which_extra_to_install(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "sklearn", None)  # import sklearn now raises ImportError
+    monkeypatch.setitem(sys.modules, "sklearn.datasets", None)
+    with pytest.raises(UsageError) as exc:
+        load_dataset("digits", "train")
+    message = _one_line(exc)
+    assert message.startswith("the digits dataset needs scikit-learn")
+    assert "pip install 'd5core[digits]'" in message
 
 
 # -- load_dataset errors ---------------------------------------------------------------

@@ -202,26 +202,6 @@ def test_infer_shapes_returns_a_new_network() -> None:
 # -- losses -----------------------------------------------------------------------------
 
 
-def test_cross_entropy_loss_adds_int64_labels_and_scalar_output(tmp_path: Path) -> None:
-    net = zoo.build("lenet5")
-    loss = net.add_loss("output")
-    assert net.inputs[-1] == ValueInfo("labels", (None,), "int64")
-    assert net.outputs[-1] == ValueInfo(loss, (), "float32")
-    node = net.nodes[-1]
-    assert (node.op_type, node.domain, list(node.input)) == (
-        "SoftmaxCrossEntropyLoss", "", ["output", "labels"],
-    )  # fmt: skip
-    assert helper.get_attribute_value(node.attribute[0]) == b"mean"
-    Network.load(net.save(tmp_path / "ce.onnx"))
-    ort = pytest.importorskip("onnxruntime")
-    x = np.random.default_rng(0).standard_normal((3, 1, 28, 28)).astype(np.float32)
-    labels = np.array([0, 4, 9])
-    logits, value = ort.InferenceSession(net.to_bytes()).run(None, {"input": x, "labels": labels})
-    shifted = logits - logits.max(1, keepdims=True)
-    logp = shifted - np.log(np.exp(shifted).sum(1, keepdims=True))
-    assert value == pytest.approx(-logp[np.arange(3), labels].mean(), rel=1e-5)
-
-
 def test_mse_loss_uses_d5_domain_and_labels_of_output_shape(tmp_path: Path) -> None:
     net = zoo.build("mlp")
     loss = net.add_loss("output", kind="mse", labels="targets")

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
 import math
 
 import numpy as np
 import pytest
 
 from d5core.cli.app import run
+from d5core.cli.output import read_json
 from d5core.measure import noise as noise_mod
 from d5core.measure.noise import (
     CALIBRATION_KIND,
@@ -72,7 +72,7 @@ def calibrated(tmp_path_factory):
         _quiet(patch)
         code = run(["calibrate", "--processes", "3", "--brief", "--json", "--db", str(db)])
     assert code == 0, err.getvalue()
-    return db, json.loads(out.getvalue()), err.getvalue()
+    return db, read_json(out.getvalue(), "calibrate"), err.getvalue()
 
 
 def test_calibrate_measures_three_workloads_in_fresh_processes(calibrated) -> None:

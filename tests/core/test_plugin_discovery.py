@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from d5core import PLUGIN_API_VERSION, PluginError
-from d5core.plugins import Status
+from d5core.plugins import PluginWarning, Status
 from d5core.testing import FakeSite
 
 GOOD = """
@@ -325,7 +325,8 @@ def test_call_each_isolates_a_failing_implementation(d5_plugin_manager):
 
     d5_plugin_manager.register(Broken(), "broken")
     d5_plugin_manager.register(Fine(), "fine")
-    outcomes = {o.plugin: o for o in d5_plugin_manager.call_each("d5_environment_info")}
+    with pytest.warns(PluginWarning, match="'broken' failed in d5_environment_info"):
+        outcomes = {o.plugin: o for o in d5_plugin_manager.call_each("d5_environment_info")}
     assert isinstance(outcomes["broken"].error, OSError)
     assert outcomes["fine"].result == {"fine": 1}
 
@@ -335,20 +336,23 @@ def test_merged_keeps_the_offer_called_first_and_reports_conflicts(d5_plugin_man
 
     class A:
         @hookimpl(tryfirst=True)
-        def d5_model_zoo(self):
-            return {"mlp": "a", "cnn": "a"}
+        def d5_custom_operators(self):
+            return {"Relu": "a", "Tanh": "a"}
 
     class B:
         @hookimpl
-        def d5_model_zoo(self):
-            return {"mlp": "b"}
+        def d5_custom_operators(self):
+            return {"Relu": "b"}
 
     d5_plugin_manager.register(A(), "a")
     d5_plugin_manager.register(B(), "b")
-    merged, problems = d5_plugin_manager.merged("d5_model_zoo")
-    assert merged == {"mlp": "a", "cnn": "a"}
-    assert problems == [
-        "d5_model_zoo: 'mlp' is offered by both 'a' and 'b'; keeping the one from 'a'"
+    message = "d5_custom_operators: 'Relu' is offered by both 'a' and 'b'; keeping the one from 'a'"
+    with pytest.warns(PluginWarning) as caught:
+        merged = d5_plugin_manager.merged("d5_custom_operators")
+    assert merged == {"Relu": "a", "Tanh": "a"}
+    assert [str(w.message) for w in caught] == [message]
+    assert [(p.kind, p.plugins, p.message) for p in d5_plugin_manager.problems] == [
+        ("clash", ("a", "b"), message)
     ]
 
 
@@ -364,13 +368,14 @@ def test_register_rejects_invalid_hooks_with_one_line(d5_plugin_manager):
         d5_plugin_manager.register(Bad(), "bad")
 
 
-def test_builtin_plugin_recognises_launchers():
+def test_builtin_plugin_recognises_slurm_and_leaves_mpi_launchers_to_their_plugin():
     from d5core.builtin import d5_detect_launcher
 
-    assert d5_detect_launcher({"PMI_RANK": "1", "PMI_SIZE": "4"}) == {
-        "launcher": "mpich",
+    assert d5_detect_launcher({"SLURM_PROCID": "1", "SLURM_NTASKS": "4"}) == {
+        "launcher": "slurm",
         "rank": 1,
         "size": 4,
     }
+    assert d5_detect_launcher({"PMI_RANK": "1", "PMI_SIZE": "4"}) is None
     assert d5_detect_launcher({"SLURM_PROCID": "x", "SLURM_NTASKS": "2"}) is None
     assert d5_detect_launcher({}) is None

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from d5core.cli.output import read_json
 from d5core.measure.engine import MeasureOptions, measure
 from d5core.plugins import PluginManager
 from d5core.results import ResultsStore
@@ -84,8 +85,9 @@ def _args(runs, *args: str) -> list[str]:
 def test_list_shows_every_run_newest_first(runs, d5_cli):
     result = d5_cli(*_args(runs, "list", "--json"))
     assert result.exit_code == 0, result.stderr
-    rows = json.loads(result.stdout)
+    rows = read_json(result.stdout, "results list")
     assert [r["name"] for r in rows] == ["elsewhere", "slow", "again", "base"]
+    assert [r["run_id"] for r in rows] == [runs[n] for n in ("elsewhere", "slow", "again", "base")]
     assert {r["status"] for r in rows} == {"complete"}
     assert all(r["n_measurements"] == 1 and r["n_metrics"] == 1 for r in rows)
 
@@ -101,7 +103,7 @@ def test_list_reads_the_database_named_by_d5_db(runs, d5_cli, monkeypatch):
     monkeypatch.setenv("D5_DB", str(runs["db"]))
     result = d5_cli("results", "list", "--json", "--kind", "op")
     assert result.exit_code == 0, result.stderr
-    assert len(json.loads(result.stdout)) == 4
+    assert len(read_json(result.stdout, "results list")) == 4
 
 
 def test_show_prints_settings_environment_and_measurements(runs, d5_cli):
@@ -117,8 +119,8 @@ def test_show_prints_settings_environment_and_measurements(runs, d5_cli):
 def test_show_json_has_summary_and_samples_on_request(runs, d5_cli):
     result = d5_cli(*_args(runs, "show", runs["base"], "--json", "--samples"))
     assert result.exit_code == 0, result.stderr
-    doc = json.loads(result.stdout)
-    assert doc["run"]["id"] == runs["base"]
+    doc = read_json(result.stdout, "results show")
+    assert doc["run"]["run_id"] == runs["base"]
     (m,) = doc["measurements"]
     assert len(m["samples"]) == m["n"] == m["summary"]["n"]
     assert m["summary"]["median"] == pytest.approx(BASE_S, rel=0.5)
@@ -131,9 +133,8 @@ def test_show_json_has_summary_and_samples_on_request(runs, d5_cli):
 def test_export_json_includes_raw_samples_of_each_run(runs, d5_cli):
     result = d5_cli(*_args(runs, "export", runs["base"], runs["slow"], "--format", "json"))
     assert result.exit_code == 0, result.stderr
-    doc = json.loads(result.stdout)
-    assert doc["format"] == "d5-results-export" and doc["version"] == 1
-    assert [d["run"]["id"] for d in doc["runs"]] == [runs["base"], runs["slow"]]
+    doc = read_json(result.stdout, "results export")
+    assert [d["run"]["run_id"] for d in doc["runs"]] == [runs["base"], runs["slow"]]
     with _open(runs["db"]) as store:
         for d in doc["runs"]:
             (m,) = d["measurements"]
@@ -169,7 +170,7 @@ def test_export_refuses_json_and_csv_together(runs, d5_cli):
 
 def _compare(runs, d5_cli, a: str, b: str, *extra: str) -> tuple[int, dict, str]:
     result = d5_cli(*_args(runs, "compare", runs[a], runs[b], "--json", *extra))
-    return result.exit_code, json.loads(result.stdout or "null"), result.stderr
+    return result.exit_code, read_json(result.stdout) if result.stdout else None, result.stderr
 
 
 def test_two_runs_of_the_same_callable_are_the_same(runs, d5_cli):
@@ -296,5 +297,5 @@ def test_run_left_by_a_dead_process_lists_as_incomplete(d5_cli, tmp_path):
     subprocess.run([sys.executable, "-c", code, str(db)], check=False)
     result = d5_cli("results", "list", "--json", "--db", str(db))
     assert result.exit_code == 0, result.stderr
-    (row,) = json.loads(result.stdout)
+    (row,) = read_json(result.stdout, "results list")
     assert row["name"] == "crashed" and row["status"] == "incomplete"

@@ -3,7 +3,6 @@ compare`` calls changes better or worse by it (an accuracy drop is worse, not fa
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from pathlib import Path
 
@@ -11,6 +10,7 @@ import numpy as np
 import pytest
 
 import d5core.metrics as builtin_metrics
+from d5core.cli.output import read_json
 from d5core.errors import UsageError
 from d5core.levels.metrics import Metric
 from d5core.measure.compare import DEFAULT_ALPHA, DEFAULT_MIN_EFFECT
@@ -58,7 +58,7 @@ def _compare(d5_cli, runs, a: str, b: str, *extra: str):
     result = d5_cli(
         "results", "compare", runs[a], runs[b], "--json", "--db", str(runs["db"]), *extra
     )
-    return result, json.loads(result.stdout or "null")
+    return result, (read_json(result.stdout) if result.stdout else None)
 
 
 def test_an_accuracy_drop_and_a_rising_loss_are_worse(worse_run, d5_cli):
@@ -120,7 +120,7 @@ def test_a_quantity_of_unknown_direction_is_changed_never_better_or_worse(tmp_pa
         ids.append(rid)
     result = d5_cli("results", "compare", *ids, "--json", "--fail-if-worse", "--db", str(db))
     assert result.exit_code == 0, result.stderr
-    (row,) = json.loads(result.stdout)["comparisons"]
+    (row,) = read_json(result.stdout)["comparisons"]
     assert (row["better"], row["lower_is_better"]) == (None, None)
     assert (row["change"], row["verdict"]) == ("higher", "changed")
 

@@ -4,12 +4,12 @@ does, takes true medians, and never pools the steps of different runs."""
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
 import pytest
 
+from d5core.cli.output import read_json
 from d5core.plugins import PluginManager
 from d5core.results import ResultsStore
 from d5core.results.summaries import (
@@ -59,7 +59,7 @@ def _train(
 def _table(d5_cli, db: Path, *args: str) -> tuple[list[dict], str]:
     result = d5_cli("results", "table", "--last", "50", "--json", "--db", str(db), *args)
     assert result.exit_code == 0, result.stderr
-    return json.loads(result.stdout), result.stderr
+    return read_json(result.stdout), result.stderr
 
 
 def test_runs_of_different_recipes_never_share_a_row(tmp_path, d5_cli):
@@ -201,15 +201,19 @@ def _rows(ttas, accs):
 
 
 def test_repeat_summary_takes_the_true_median_of_an_even_count():
-    from d5core.cli.run_cmd import repeat_summary
+    from d5core.runners.training import repeat_summary
 
     summary = repeat_summary(_rows([4.0, 1.0, 3.0, 2.0], [0.90, 0.80, 0.96, 0.94]))
     assert summary["time_to_accuracy"]["median"] == 2.5
-    assert summary["final_test_accuracy"] == {"median": pytest.approx(0.92), "min": 0.80, "max": 0.96}
+    assert summary["final_test_accuracy"] == {
+        "median": pytest.approx(0.92),
+        "min": 0.80,
+        "max": 0.96,
+    }
 
 
 def test_repeat_summary_counts_runs_that_missed_the_target_as_infinitely_slow():
-    from d5core.cli.run_cmd import repeat_summary
+    from d5core.runners.training import repeat_summary
 
     summary = repeat_summary(_rows([1.0, None, 3.0], [0.95, 0.5, 0.95]))
     assert summary["reached_target"] == 2

@@ -3,13 +3,13 @@
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from d5core.cli.output import read_json
 from d5core.plugins import PluginManager
 from d5core.results import ResultsStore
 from d5core.results.load import LoadAverage, current_load
@@ -100,7 +100,7 @@ def test_show_prints_the_load_and_warns_about_a_busy_machine(tmp_path, load, d5_
         "WARNING: the machine was busy: 1-minute load 9.00 at the start of the run, on 4 cores "
         "(up to 2.25 per core, above 1)"
     ) in " ".join(result.stdout.split())
-    doc = json.loads(d5_cli("results", "show", busy, "--json", "--db", str(db)).stdout)
+    doc = read_json(d5_cli("results", "show", busy, "--json", "--db", str(db)).stdout)
     assert doc["run"]["load_start"]["one_min"] == 9.0
     assert doc["run"]["load_end"]["one_min"] == 0.4
     assert len(doc["load_warnings"]) == 1 and "at the start of" in doc["load_warnings"][0]
@@ -114,12 +114,12 @@ def test_compare_flags_runs_whose_loads_differed(tmp_path, load, d5_cli):
 
     same = d5_cli("results", "compare", quiet, again, "--json", "--db", str(db))
     assert same.exit_code == 0, same.stderr
-    assert json.loads(same.stdout)["load"]["warnings"] == []
+    assert read_json(same.stdout)["load"]["warnings"] == []
     assert "load" not in same.stderr
 
     result = d5_cli("results", "compare", quiet, loaded, "--json", "--db", str(db))
     assert result.exit_code == 0, result.stderr
-    report = json.loads(result.stdout)["load"]
+    report = read_json(result.stdout)["load"]
     assert report["baseline"]["start"]["one_min"] == 0.2
     assert report["candidate"]["end"]["one_min"] == 3.8
     (warning,) = report["warnings"]
@@ -137,7 +137,7 @@ def test_compare_flags_a_busy_run_even_when_both_were_busy(tmp_path, load, d5_cl
     first = _run(db, (6.0, 6.0, 6.0), (6.0, 6.0, 6.0), load)
     second = _run(db, (6.2, 6.0, 6.0), (6.1, 6.0, 6.0), load)
     result = d5_cli("results", "compare", first, second, "--json", "--db", str(db))
-    warnings = json.loads(result.stdout)["load"]["warnings"]
+    warnings = read_json(result.stdout)["load"]["warnings"]
     assert len(warnings) == 2  # one for each run, naming both ends
     assert warnings[0].startswith(
         f"baseline {first}: the machine was busy: 1-minute load 6.00 at the start and 6.00 "

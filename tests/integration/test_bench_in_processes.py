@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 
+from d5core.cli.output import read_json
 from d5core.results.store import ResultsStore
 from d5core.runners.jobs import net_job, op_job, problem_to_json
 
@@ -43,7 +42,7 @@ def test_bench_net_measures_each_executor_in_processes_and_stores_them(db, d5_cl
         "--processes", "2", "--time-budget", "0.05", "--rel-ci", "0", "--json",
     )  # fmt: skip
     assert result.exit_code == 0, result.stderr
-    rows = json.loads(result.stdout)
+    rows = read_json(result.stdout)
     assert [r["executor"] for r in rows] == ["numpy", "torch"]
     with ResultsStore.open(db) as store:
         run = store.get_run(rows[0]["run_id"])

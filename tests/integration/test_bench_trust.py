@@ -4,13 +4,12 @@ torch and onnxruntime executors."""
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from d5core.cli.output import read_json
 from d5core.results.store import ResultsStore
 
 
@@ -69,7 +68,7 @@ def test_bench_net_throughput_counts_the_samples_that_ran(db, tmp_path, d5_cli):
         "--json",
     )  # fmt: skip
     assert result.exit_code == 0, result.stderr
-    for row in json.loads(result.stdout):
+    for row in read_json(result.stdout):
         assert row["batch"] == 4
         assert row["throughput"] == pytest.approx(4 / row["median"])
         ((stored, rates),) = _of(_measurements(db, row["run_id"], "throughput"), row)
@@ -91,7 +90,7 @@ def test_bench_net_breakdown_is_stored_for_every_executor_onnxruntime_included(d
         "--time-budget", "0.2", "--breakdown", "--json",
     )  # fmt: skip
     assert result.exit_code == 0, result.stderr
-    rows = json.loads(result.stdout)
+    rows = read_json(result.stdout)
     run_id = rows[0]["run_id"]
     stored = _measurements(db, run_id, "node_time")
     sums = {m.labels["executor"]: m.value for m in _metrics(db, run_id, "node_time_sum")}
@@ -115,7 +114,7 @@ def test_a_training_step_breakdown_keeps_backward_apart_and_says_what_it_lacks(d
         "--batch", "8", "--time-budget", "0.2", "--breakdown", "--json",
     )  # fmt: skip
     assert result.exit_code == 0, result.stderr
-    numpy_row, torch_row = json.loads(result.stdout)
+    numpy_row, torch_row = read_json(result.stdout)
     assert {n["direction"] for n in numpy_row["breakdown"]} == {"forward", "backward"}
     keys = [(n["node"], n["direction"]) for n in numpy_row["breakdown"]]
     assert len(keys) == len(set(keys))
@@ -133,7 +132,7 @@ def test_bench_op_stores_gflops_and_the_peak_for_a_problem_given_by_shape(db, d5
         "--time-budget", "0.1", "--json",
     )  # fmt: skip
     assert result.exit_code == 0, result.stderr
-    (row,) = json.loads(result.stdout)
+    (row,) = read_json(result.stdout)
     flops = 2 * 64 * 16 * 32
     assert row["gflops"] == pytest.approx(flops / row["median"] / 1e9)
     assert row["peak_fraction"] == pytest.approx(row["gflops"] / 1000)
@@ -154,7 +153,7 @@ def test_validate_net_passes_a_model_with_a_spatial_output(db, tmp_path, d5_cli)
     path = tmp_path / "spatial.onnx"
     onnx.save(_conv_model(3, 8, batch="N"), path)
     result = d5_cli("validate", "net", str(path), "--executor", "torch", "--json")
-    report = json.loads(result.stdout)
+    report = read_json(result.stdout)
     assert result.exit_code == 0, report["failures"]
     assert report["gradients"] and all(g["passed"] for g in report["gradients"])
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
+
+from d5core.cli.output import read_json
 
 BROKEN_NAMES = ("broken-import", "missing-framework", "bad-hookimpl", "incompatible")
 
@@ -29,7 +29,7 @@ EXPECTED = {
 
 
 def _rows(stdout: str) -> dict[tuple[str, str], dict]:
-    return {(r["group"], r["name"]): r for r in json.loads(stdout)}
+    return {(r["group"], r["name"]): r for r in read_json(stdout, "list-plugins")}
 
 
 @pytest.mark.parametrize("name", BROKEN_NAMES)

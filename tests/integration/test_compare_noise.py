@@ -3,13 +3,14 @@
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from d5core.cli.output import read_json
 
 SLEEPY = Path(__file__).resolve().parents[1] / "fixtures" / "sleepy" / "d5-plugin-sleepy"
 # Brief runs: three processes (the fewest the test between processes needs), 1 ms calls.
@@ -39,7 +40,7 @@ def sleepy_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
             [d5, *BENCH, *BRIEF], capture_output=True, text=True, env=env, timeout=120
         )
         assert done.returncode == 0, done.stderr
-        (row,) = json.loads(done.stdout)
+        (row,) = read_json(done.stdout, "bench op")
         assert row["processes"] == 3, row
         runs[name] = row["run_id"]
     return runs
@@ -51,7 +52,8 @@ def _compare(run_d5, runs, a: str, b: str) -> dict:
         path=[runs["site"]],
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
-    (row,) = [r for r in json.loads(result.stdout)["comparisons"] if r["metric"] == "time"]
+    comparisons = read_json(result.stdout, "results compare")["comparisons"]
+    (row,) = [r for r in comparisons if r["metric"] == "time"]
     return row
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -12,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from d5core.cli.output import read_json
 from d5core.results.store import ResultsStore
 
 RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "digits-mlp.toml"
@@ -59,7 +59,9 @@ def test_digits_on_several_ranks_passes_and_stores_per_rank_metrics(tmp_path, ra
     db = tmp_path / "r.sqlite"
     proc = _d5("run", str(RECIPE), "--ranks", str(ranks), "--db", str(db), "--json")
     assert proc.returncode == 0, proc.stderr
-    doc = json.loads(proc.stdout)
+    data = read_json(proc.stdout, "run")
+    assert data["passed"] is True and data["summary"]["runs"] == 1
+    (doc,) = data["runs"]
     assert doc["status"] == "complete" and doc["passed"] is True
     assert doc["metrics"]["final_test_accuracy"] >= 0.9
     assert doc["distributed"]["ranks"] == ranks

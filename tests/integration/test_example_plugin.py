@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 
+from d5core.cli.output import read_json
+
 
 def test_example_plugin_is_listed_ok(example_site, run_d5):
     result = run_d5("list-plugins", "--json", path=[example_site])
     assert result.returncode == 0, result.stderr
-    row = next(r for r in json.loads(result.stdout) if r["name"] == "loadavg")
+    row = next(r for r in read_json(result.stdout) if r["name"] == "loadavg")
     assert row["status"] == "ok"
     assert row["distribution"] == "d5-plugin-loadavg"
     assert row["version"] == "1.0.0"

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
+
+from d5core.cli.output import read_json
 
 HEAVY = ("torch", "tensorflow", "mxnet", "onnxruntime", "mpi4py", "numpy", "scipy")
 
@@ -26,6 +27,6 @@ def test_list_plugins_imports_no_framework():
 
 def test_every_plugin_of_the_environment_is_ok():
     d5 = [sys.executable, "-m", "d5core", "list-plugins", "--json"]
-    rows = json.loads(subprocess.run(d5, capture_output=True, text=True, check=True).stdout)
+    rows = read_json(subprocess.run(d5, capture_output=True, text=True, check=True).stdout)
     bad = [(r["name"], r["status"], r["error"]) for r in rows if r["status"] != "ok"]
     assert not bad

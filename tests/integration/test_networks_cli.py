@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
-
 import onnx
 import pytest
 from onnx import TensorProto, helper
+
+from d5core.cli.output import read_json
 
 ZOO = ["mlp", "lenet5", "resnet20", "vgg"]
 
@@ -20,7 +20,7 @@ def _private_db(tmp_path, monkeypatch):
 @pytest.mark.parametrize("model", ZOO)
 def test_every_zoo_model_matches_the_reference(model, executor, d5_cli):
     result = d5_cli("validate", "net", model, "--executor", executor, "--json")
-    report = json.loads(result.stdout)
+    report = read_json(result.stdout)
     assert result.exit_code == 0, report["failures"]
     assert report["outputs"]
     if executor == "torch":
@@ -44,7 +44,7 @@ def test_bench_net_reports_throughput_and_a_breakdown(d5_cli):
         "--time-budget", "0.3", "--breakdown", "--json",
     )  # fmt: skip
     assert result.exit_code == 0, result.stderr
-    rows = json.loads(result.stdout)
+    rows = read_json(result.stdout)
     assert [r["executor"] for r in rows] == ["numpy", "torch", "onnxruntime"]
     for row in rows:
         assert row["ci_low"] <= row["median"] <= row["ci_high"] and row["n"] >= 6
@@ -60,7 +60,7 @@ def test_bench_net_train_step_on_training_executors(d5_cli):
         "--batch", "16", "--time-budget", "0.3", "--json",
     )  # fmt: skip
     assert result.exit_code == 0, result.stderr
-    assert {r["mode"] for r in json.loads(result.stdout)} == {"train-step"}
+    assert {r["mode"] for r in read_json(result.stdout)} == {"train-step"}
 
 
 def _write(tmp_path, name, model_or_bytes):

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
+from d5core.cli.output import read_json
 from d5core.workloads.problems import DEFAULT_PROBLEMS
 
 OPS = sorted(DEFAULT_PROBLEMS)
@@ -21,7 +20,7 @@ def _private_db(tmp_path, monkeypatch):
 @pytest.mark.parametrize("op", OPS)
 def test_every_operator_passes_validation(op, backend, dtype, d5_cli):
     result = d5_cli("validate", "op", op, "--backend", backend, "--dtype", dtype, "--json")
-    report = json.loads(result.stdout)
+    report = read_json(result.stdout)
     assert result.exit_code == 0, report["failures"]
     assert report["passed"] is True
     assert report["against"] == "numpy"
@@ -58,7 +57,7 @@ def test_backward_scaled_by_one_percent_fails_naming_the_input(d5_site, d5_cli):
     assert result.stderr.count("\n") == 1
     assert "gradient of input 0 (X)" in result.stderr
     full = d5_cli("validate", "op", "Tanh", "--backend", "custom", "--json")
-    report = json.loads(full.stdout)
+    report = read_json(full.stdout)
     failed = [g for g in report["gradients"] if not g["passed"]]
     assert {g["method"] for g in failed} == {"reference", "full"}
     assert all(g["index"] == 0 and g["name"] == "X" for g in failed)
@@ -92,7 +91,7 @@ def test_bench_op_reports_each_backend_and_stores_every_sample(d5_cli, tmp_path)
         "--direction", "both", "--time-budget", "0.2", "--json",
     )  # fmt: skip
     assert result.exit_code == 0, result.stderr
-    rows = json.loads(result.stdout)
+    rows = read_json(result.stdout)
     assert {(r["backend"], r["direction"]) for r in rows} == {
         ("numpy", "forward"), ("numpy", "backward"), ("torch", "forward"), ("torch", "backward"),
     }  # fmt: skip
@@ -112,7 +111,7 @@ def test_bench_op_suite_reports_gflops_and_peak_fraction(d5_cli):
         "--time-budget", "0.1", "--max-samples", "20", "--json",
     )  # fmt: skip
     assert result.exit_code == 0, result.stderr
-    rows = json.loads(result.stdout)
+    rows = read_json(result.stdout)
     assert len(rows) == 6
     assert all(r["gflops"] > 0 for r in rows)
     assert all(0 < r["peak_fraction"] < 2 for r in rows)

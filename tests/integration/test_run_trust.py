@@ -5,7 +5,6 @@ accuracy starts at the data, runs are stored while they go, and bad input is exi
 from __future__ import annotations
 
 import gzip
-import json
 import os
 import shutil
 import struct
@@ -16,6 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from d5core.cli.output import read_json
 from d5core.errors import UsageError
 from d5core.results.store import FINAL_STATUSES, ResultsStore
 
@@ -30,8 +30,12 @@ def _recipe(tmp_path: Path, text: str, name: str = "r.toml") -> Path:
 
 
 def _run(d5_cli: Any, db: Path, recipe: Path, *args: str) -> tuple[Any, dict[str, Any] | None]:
+    """The command's outcome and its one run's JSON (``None`` when nothing was printed)."""
     result = d5_cli("run", str(recipe), "--db", str(db), "--json", *args)
-    return result, (json.loads(result.stdout) if result.stdout.strip() else None)
+    if not result.stdout.strip():
+        return result, None
+    (doc,) = read_json(result.stdout, "run")["runs"]
+    return result, doc
 
 
 def _runs(db: Path) -> list[Any]:
@@ -97,9 +101,10 @@ def test_seed_option_cannot_change_a_seed_frozen_in_fixed(d5_cli, tmp_path):
 
 def test_repeat_keeps_a_seed_frozen_in_fixed(d5_cli, tmp_path):
     frozen = _recipe(tmp_path, DIGITS.replace("epochs = 30", "epochs = 30\nseed = 3"))
-    result, doc = _run(d5_cli, tmp_path / "r.sqlite", frozen, "--repeat", "2")
+    db = tmp_path / "r.sqlite"
+    result = d5_cli("run", str(frozen), "--db", str(db), "--json", "--repeat", "2")
     assert result.exit_code == 0, result.stderr
-    assert doc is not None and [r["seed"] for r in doc["runs"]] == [3, 3]
+    assert [r["seed"] for r in read_json(result.stdout, "run")["runs"]] == [3, 3]
 
 
 def test_the_stored_hash_follows_overrides_but_not_the_seed(d5_cli, tmp_path):
@@ -163,7 +168,7 @@ def test_other_data_behind_d5_data_dir_gets_another_hash_and_is_recorded(
 def test_time_to_accuracy_counts_the_dataset_loading(monkeypatch):
     import time
 
-    from d5core.cli.run_cmd import prepare
+    from d5core.training.assembly import prepare
     from d5core.training.datasets import digits
 
     original = digits.load_digits_dataset

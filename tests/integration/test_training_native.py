@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-pytest.importorskip("torch")
-
+from d5core.cli.output import read_json
 from d5core.errors import UsageError
 from d5core.networks import zoo
 from d5core.plugins import get_plugin_manager
@@ -66,13 +64,13 @@ def test_modifiers_force_the_numpy_path() -> None:
 
 
 def test_d5_run_torch_momentum_takes_the_native_path(d5_cli, tmp_path) -> None:
-    from d5core.cli.run_cmd import prepare
+    from d5core.training.assembly import prepare
 
     sets = ["executor=torch", "optimizer=torch-momentum"]
     result = d5_cli("run", str(RECIPE), "--db", str(tmp_path / "r.sqlite"), "--json",
                     *(a for s in sets for a in ("--set", s)))  # fmt: skip
     assert result.exit_code == 0, result.stderr
-    doc = json.loads(result.stdout)
+    (doc,) = read_json(result.stdout, "run")["runs"]
     assert doc["passed"] is True and doc["metrics"]["final_test_accuracy"] >= 0.9
     prep = prepare(RECIPE, sets, seed=None)
     assert prep.trainer.optimizer_path == "native"

@@ -5,8 +5,6 @@ executor: implemented by numpy and torch alike, refused by onnxruntime."""
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import onnx
 import pytest
@@ -15,6 +13,7 @@ from d5_plugin_onnxruntime.executor import OnnxRuntimeExecutor
 from d5_plugin_torch.executor import TorchExecutor
 from onnx import TensorProto, helper
 
+from d5core.cli.output import read_json
 from d5core.errors import UsageError
 from d5core.runners.operators import backend_by_name, build_operator, problem_for
 from d5core.workloads.problems import DEFAULT_PROBLEMS
@@ -64,7 +63,7 @@ def test_an_operator_without_backward_fails_validation(custom, d5_cli):
     assert "gradient of input 0 [backward]: missing: the candidate has no backward" in (
         result.stderr
     )
-    report = json.loads(
+    report = read_json(
         d5_cli("validate", "op", "Double", "--backend", "custom", "--shape", "3x4", "--json").stdout
     )
     assert report["passed"] is False and report["no_gradient"] is False
@@ -75,7 +74,7 @@ def test_an_operator_declaring_no_gradient_passes_and_says_so(custom, d5_cli):
     result = d5_cli(*args)
     assert result.exit_code == 0, result.stderr
     assert "RowArgmax declares that it has no gradient" in result.stdout
-    report = json.loads(d5_cli(*args, "--json").stdout)
+    report = read_json(d5_cli(*args, "--json").stdout)
     assert report["passed"] is True and report["no_gradient"] is True
     assert [g["skipped"] for g in report["gradients"]] == [
         "the operator declares no gradient for this input"
@@ -101,7 +100,7 @@ def test_the_default_dropout_problem_trains_with_a_real_mask():
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_torch_dropout_validates_against_the_reference_in_training_mode(dtype, d5_cli):
     result = d5_cli("validate", "op", "Dropout", "--backend", "torch", "--dtype", dtype, "--json")
-    report = json.loads(result.stdout)
+    report = read_json(result.stdout)
     assert result.exit_code == 0, report["failures"]
     assert [o["dtype"] for o in report["outputs"]] == [dtype, "bool"]
     assert all(o["passed"] for o in report["outputs"])

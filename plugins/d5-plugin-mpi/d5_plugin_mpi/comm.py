@@ -1,7 +1,7 @@
-"""A d5 :class:`~d5core.levels.distributed.Communicator` over mpi4py.
+"""A d5 :class:`~d5core.api.Communicator` over mpi4py.
 
 Every call moves numpy buffers with mpi4py's upper-case (buffer) methods; nothing is
-pickled. Byte counts follow :func:`d5core.levels.distributed.collective_bytes` and take in
+pickled. Byte counts follow :func:`d5core.api.collective_bytes` and take in
 every byte a call hands to MPI: ``gather`` and ``allgather`` first exchange a shape header
 of :data:`SHAPE_HEADER_NBYTES` bytes per rank, and count it with the data.
 """
@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 import numpy as np
 from mpi4py import MPI
 
-from d5core.levels.distributed import (
+from d5core.api import (
     ANY_SOURCE,
     ANY_TAG,
     REDUCE_OPS,

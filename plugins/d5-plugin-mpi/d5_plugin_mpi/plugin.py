@@ -2,18 +2,67 @@
 
 Nothing here imports mpi4py at module level: importing it may initialise MPI, and listing
 plugins must not. The hooks import it when they are called.
+
+The level 3 hooks make ``d5 run --ranks N`` run under ``mpiexec``: the launcher, the
+detection of ``mpiexec``'s ranks, the reading of MPICH's report when a rank dies, and the
+names of the distribution schemes (``d5.optimizers`` entries) this plugin offers.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from d5core.hookspecs import hookimpl
+from d5core.api import hookimpl
 
-__all__ = ["d5_environment_info", "d5_plugin_api", "d5_plugin_check"]
+__all__ = [
+    "SCHEME_NAMES",
+    "d5_detect_launcher",
+    "d5_diagnose_rank_failure",
+    "d5_distribution_schemes",
+    "d5_environment_info",
+    "d5_plugin_api",
+    "d5_plugin_check",
+    "d5_rank_launcher",
+]
 
 d5_plugin_api = ">=1.0,<2"
+
+#: This plugin's distribution schemes (its ``d5.optimizers`` entries), the default
+#: ``allreduce`` first. Named here so that listing them imports no scheme.
+SCHEME_NAMES: tuple[str, ...] = (
+    "allreduce",
+    "parameter-server",
+    "async-parameter-server",
+    "model-averaging",
+    "dpsgd",
+)
+
+
+@hookimpl
+def d5_rank_launcher() -> Any:
+    from d5_plugin_mpi import launch
+
+    return launch.MpiexecLauncher(launch.mpiexec_path())
+
+
+@hookimpl
+def d5_detect_launcher(environ: Mapping[str, str]) -> Mapping[str, int | str] | None:
+    from d5_plugin_mpi import launch
+
+    return launch.detect(environ)
+
+
+@hookimpl
+def d5_diagnose_rank_failure(launcher: str, rank: int, pid: int | None, output: str) -> str | None:
+    from d5_plugin_mpi import launch
+
+    return launch.diagnose(launcher, rank, pid, output)
+
+
+@hookimpl
+def d5_distribution_schemes() -> Sequence[str]:
+    return SCHEME_NAMES
 
 
 @hookimpl

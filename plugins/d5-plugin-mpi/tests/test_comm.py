@@ -11,10 +11,9 @@ from typing import Any
 
 import numpy as np
 import pytest
+from d5_plugin_mpi import launch
 
 from d5core.levels.distributed import chunk_counts, collective_bytes
-
-launch = pytest.importorskip("d5_plugin_mpi.launch")
 
 WORKER = Path(__file__).with_name("_comm_worker.py")
 TIMEOUT_S = 60

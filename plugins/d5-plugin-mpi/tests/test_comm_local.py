@@ -8,12 +8,11 @@ import sys
 
 import numpy as np
 import pytest
+from d5_plugin_mpi import launch
 
 from d5core.bus import COMM_CALL, Event, MetricBus, use_bus
 from d5core.errors import UsageError
 from d5core.levels.distributed import SingleProcessCommunicator
-
-launch = pytest.importorskip("d5_plugin_mpi.launch")
 
 
 def test_entry_points() -> None:

@@ -14,10 +14,9 @@ from typing import Any
 
 import numpy as np
 import pytest
+from d5_plugin_mpi import launch
 
 from d5core.plugins import get_plugin_manager
-
-launch = pytest.importorskip("d5_plugin_mpi.launch")
 
 WORKER = Path(__file__).with_name("test_schemes_worker.py")
 TIMEOUT_S = 60

@@ -8,12 +8,11 @@ from typing import Any
 
 import numpy as np
 import pytest
+from d5_plugin_mpi import schemes
 
 from d5core.errors import UsageError
 from d5core.levels.distributed import DistributedOptimizer, SingleProcessCommunicator
 from d5core.plugins import get_plugin_manager
-
-schemes = pytest.importorskip("d5_plugin_mpi.schemes")
 
 NAMES = ["allreduce", "parameter-server", "async-parameter-server", "model-averaging", "dpsgd"]
 

@@ -7,8 +7,7 @@ from typing import Any
 
 from d5_plugin_numpy.ops import OPERATORS
 from d5_plugin_numpy.ops.base import FLOAT_DTYPES
-from d5core.errors import UsageError
-from d5core.levels.operators import Operator, OperatorBackend, TensorDescriptor
+from d5core.api import Operator, OperatorBackend, TensorDescriptor, UsageError
 
 __all__ = ["NumpyBackend"]
 

@@ -1,7 +1,7 @@
 """A custom operator written the way docs/operators.md teaches: ``IntegerPower``.
 
 It is not part of the backend; it is the worked example of subclassing
-:class:`d5core.levels.operators.Operator`, and the tests validate it as the docs do.
+:class:`d5core.api.Operator`, and the tests validate it as the docs do.
 """
 
 from __future__ import annotations
@@ -11,8 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from d5core.errors import UsageError
-from d5core.levels.operators import Operator
+from d5core.api import Operator, UsageError
 
 __all__ = ["IntegerPower"]
 

@@ -32,13 +32,15 @@ import onnx
 from d5_plugin_numpy.ops import OPERATORS as _LEVEL0
 from d5_plugin_numpy.ops.base import ReferenceOperator
 from d5_plugin_numpy.ops.lrn import LRN
-from d5core.bus import GRAPH_NODE, get_bus
-from d5core.errors import UsageError
-from d5core.levels.networks import GraphExecutor
-from d5core.levels.operators import Operator, TensorDescriptor
-from d5core.networks.network import Network
-from d5core.networks.nodes import (
+from d5core.api import (
+    GRAPH_NODE,
+    GraphExecutor,
+    Network,
+    Operator,
+    TensorDescriptor,
+    UsageError,
     constant_value,
+    get_bus,
     legacy_broadcast,
     legacy_broadcast_shape,
     node_attributes,
@@ -170,7 +172,7 @@ class _Coerced2D(Operator):
 
 class _LegacyBroadcast(Operator):
     """Add, Sub, Mul or Div of opsets before 7: ``B`` viewed with the shape
-    (:func:`~d5core.networks.nodes.legacy_broadcast_shape`) at which numpy's broadcasting
+    (:func:`~d5core.api.legacy_broadcast_shape`) at which numpy's broadcasting
     gives what those opsets' ``broadcast``/``axis`` attributes ask for."""
 
     def __init__(self, inner: Operator, b_shape: tuple[int, ...]) -> None:
@@ -208,9 +210,9 @@ class NumpyExecutor(GraphExecutor):
     Operators are created on first use for each combination of input shapes and dtypes
     and cached, so a network runs at any batch size. Construction checks that every
     node is supported and its attributes valid, raising a one-line
-    :class:`~d5core.errors.UsageError` naming the node otherwise.
+    :class:`~d5core.api.UsageError` naming the node otherwise.
 
-    :param network: a ``d5core.networks.Network`` or an ``onnx.ModelProto``.
+    :param network: a ``d5core.api.Network`` or an ``onnx.ModelProto``.
     :param device: only ``"cpu"``.
     """
 

@@ -25,7 +25,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from d5core.levels.training import Optimizer
+from d5core.api import Optimizer
 
 __all__ = [
     "SGD",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from d5core.hookspecs import hookimpl
+from d5core.api import hookimpl
 
 d5_plugin_api = ">=1.0,<2"
 

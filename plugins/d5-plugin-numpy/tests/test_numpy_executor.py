@@ -7,6 +7,7 @@ import time
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
 from d5_plugin_numpy.executor import NumpyExecutor
 from onnx import helper
@@ -14,6 +15,7 @@ from onnx.reference import ReferenceEvaluator
 
 from d5core.bus import GRAPH_NODE, use_bus
 from d5core.errors import UsageError
+from d5core.networks import zoo
 from d5core.networks.network import Network
 from d5core.testing.networks import cnn, feeds_for, float64_model, legacy, light, mlp
 
@@ -56,7 +58,6 @@ def test_inference_matches_onnx_reference(build) -> None:
     feeds = feeds_for(model)
     got = NumpyExecutor(original if build is legacy else model).inference(feeds)
     if build is legacy:  # onnx's reference ignores opset-9 Softmax's 2-D coercion
-        ort = pytest.importorskip("onnxruntime")
         sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
         want = sess.run(None, feeds)
     else:
@@ -66,7 +67,6 @@ def test_inference_matches_onnx_reference(build) -> None:
 
 
 def test_zoo_models_match_onnx_reference() -> None:
-    zoo = pytest.importorskip("d5core.networks.zoo")
     for name in ("mlp", "lenet5", "resnet20"):
         net = Network(zoo.ZOO[name](batch=2))
         feeds = {

@@ -12,7 +12,7 @@ A model that imports an opset newer than ORT's newest released one (``onnx.helpe
 stamps onnx's newest by default) is refused by ORT; the error says so in one line.
 
 An operator ONNX Runtime cannot run, a model it cannot load, and an attempt to train are
-one-line :class:`~d5core.errors.UsageError` s.
+one-line :class:`~d5core.api.UsageError` s.
 """
 
 from __future__ import annotations
@@ -30,8 +30,7 @@ import onnx
 import onnxruntime as ort
 from onnx import numpy_helper
 
-from d5core.errors import UsageError
-from d5core.levels.networks import GraphExecutor
+from d5core.api import GraphExecutor, UsageError
 
 __all__ = ["OnnxRuntimeExecutor", "default_session_options", "default_threads", "profile_runs"]
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from d5core.hookspecs import hookimpl
+from d5core.api import hookimpl
 
 __all__ = ["d5_environment_info", "d5_plugin_api", "d5_plugin_check"]
 

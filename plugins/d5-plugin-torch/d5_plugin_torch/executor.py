@@ -33,15 +33,17 @@ import torch.nn.functional as F
 
 from d5_plugin_torch.ops._base import resolve_device
 from d5_plugin_torch.ops.normalization import reference_mask
-from d5core.bus import GRAPH_NODE, get_bus
-from d5core.errors import UsageError
-from d5core.levels.networks import GraphExecutor
-from d5core.networks.network import Network
-from d5core.networks.nodes import (
+from d5core.api import (
+    GRAPH_NODE,
+    GraphExecutor,
+    Network,
+    UsageError,
     constant_value,
+    get_bus,
     legacy_broadcast,
     legacy_broadcast_shape,
     node_attributes,
+    resolve_pads,
 )
 
 __all__ = ["DeviceCorrectCounter", "TorchExecutor"]
@@ -86,23 +88,15 @@ def _spatial_pads(
     attrs: Mapping[str, Any], kernel: Sequence[int], x_shape: Sequence[int]
 ) -> list[int]:
     """ONNX pads (begins then ends) for ``x_shape``, resolving ``auto_pad``."""
-    n = len(kernel)
-    auto = attrs.get("auto_pad", "NOTSET")
-    strides = list(attrs.get("strides") or [1] * n)
-    dil = list(attrs.get("dilations") or [1] * n)
-    if auto in ("SAME_UPPER", "SAME_LOWER"):
-        begins, ends = [], []
-        for i in range(n):
-            size = x_shape[2 + i]
-            out = -(-size // strides[i])
-            total = max(0, (out - 1) * strides[i] + (kernel[i] - 1) * dil[i] + 1 - size)
-            small, big = total // 2, total - total // 2
-            begins.append(small if auto == "SAME_UPPER" else big)
-            ends.append(big if auto == "SAME_UPPER" else small)
-        return begins + ends
-    if auto == "VALID":
-        return [0] * (2 * n)
-    return list(attrs.get("pads") or [0] * (2 * n))
+    begins, ends = resolve_pads(
+        x_shape[2:],
+        kernel,
+        auto_pad=attrs.get("auto_pad", "NOTSET"),
+        pads=attrs.get("pads"),
+        strides=attrs.get("strides"),
+        dilations=attrs.get("dilations"),
+    )
+    return [*begins, *ends]
 
 
 def _torch_pad(pads: Sequence[int]) -> list[int]:
@@ -254,7 +248,7 @@ class _Translator:
 
     def _arithmetic(self, node: onnx.NodeProto, a: dict[str, Any], fn: One) -> tuple[Fn, list[str]]:
         """Add, Sub, Mul or Div; before opset 7, ``B`` broadcast as ``broadcast``/``axis``
-        say (:func:`~d5core.networks.nodes.legacy_broadcast_shape`)."""
+        say (:func:`~d5core.api.legacy_broadcast_shape`)."""
         legacy = legacy_broadcast(node.op_type, self.opset, a)
         if legacy is None:
             return self._binary(node, fn)
@@ -606,7 +600,7 @@ class _Step:
 class TorchExecutor(GraphExecutor):
     """Runs an ONNX network with PyTorch, translated once into native torch calls.
 
-    :param network: a ``d5core.networks.Network`` or an ``onnx.ModelProto``.
+    :param network: a ``d5core.api.Network`` or an ``onnx.ModelProto``.
     :param device: ``"cpu"`` (the default) or a CUDA device.
     """
 
@@ -824,7 +818,7 @@ class TorchExecutor(GraphExecutor):
         """A counter of correct predictions kept on this executor's device.
 
         The trainer's native path adds each step's logits and labels and reads the
-        count once per epoch (:class:`d5core.training.trainer.CorrectCounter`).
+        count once per epoch (:class:`d5core.api.CorrectCounter`).
         """
         return DeviceCorrectCounter()
 

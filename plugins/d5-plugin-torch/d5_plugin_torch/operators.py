@@ -15,8 +15,7 @@ import torch
 
 from d5_plugin_torch.ops import OPERATOR_CLASSES, TorchOperator
 from d5_plugin_torch.ops._base import FLOAT_DTYPES, resolve_device
-from d5core.errors import UsageError
-from d5core.levels.operators import OperatorBackend, TensorDescriptor
+from d5core.api import OperatorBackend, TensorDescriptor, UsageError
 
 __all__ = ["OPERATORS", "TorchBackend", "TorchOperator"]
 

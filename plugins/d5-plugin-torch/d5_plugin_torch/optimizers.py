@@ -1,4 +1,4 @@
-"""``torch.optim`` behind d5's :class:`~d5core.levels.training.Optimizer` interface.
+"""``torch.optim`` behind d5's :class:`~d5core.api.Optimizer` interface.
 
 Each class wraps one ``torch.optim`` optimizer, is registered as ``torch-<name>`` in
 ``d5.optimizers`` and takes the same options (and defaults) as the numpy reference of the
@@ -26,8 +26,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from d5core.errors import UsageError
-from d5core.levels.training import Optimizer
+from d5core.api import Optimizer, UsageError
 
 __all__ = [
     "TorchAdagrad",

@@ -11,7 +11,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from d5core.hookspecs import hookimpl
+from d5core.api import hookimpl
 
 d5_plugin_api = ">=1.0,<2"
 

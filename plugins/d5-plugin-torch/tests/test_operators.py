@@ -17,17 +17,15 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from d5_plugin_numpy import backend as reference
 from d5_plugin_torch.operators import TorchBackend
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from d5core.levels.operators import TensorDescriptor
+from d5core.runners import operators as runner
 from d5core.validate import validate_operator
-
-reference = pytest.importorskip(
-    "d5_plugin_numpy.backend",
-    reason="validating needs d5's reference backend: pip install -e plugins/d5-plugin-numpy",
-)
+from d5core.workloads import problems
 
 TORCH = TorchBackend()
 NUMPY = reference.NumpyBackend()
@@ -535,8 +533,6 @@ def test_reshape_with_allowzero_keeps_a_literal_zero(dtype: str) -> None:
 def test_d5_validates_every_default_problem_on_torch(dtype: str) -> None:
     """The path of ``d5 validate op --backend torch``: the backend loaded by name from
     the ``d5.operators`` group, each operator's default problem, the numpy reference."""
-    runner = pytest.importorskip("d5core.runners.operators")
-    problems = pytest.importorskip("d5core.workloads.problems")
     failed = {}
     for op_type, problem in problems.DEFAULT_PROBLEMS.items():
         result = runner.validate_op(problem, "torch", dtype=dtype)

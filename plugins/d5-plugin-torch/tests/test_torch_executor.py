@@ -8,19 +8,15 @@ import time
 import numpy as np
 import pytest
 import torch
+from d5_plugin_numpy import executor as reference
 from d5_plugin_torch.executor import TorchExecutor
 from onnx import TensorProto, helper
 
 from d5core.bus import GRAPH_NODE, use_bus
 from d5core.errors import UsageError
+from d5core.networks import zoo
 from d5core.networks.network import Network
 from d5core.testing.networks import cnn, feeds_for, float64_model, legacy, light, mlp
-
-reference = pytest.importorskip(
-    "d5_plugin_numpy.executor",
-    reason="comparing needs d5's reference executor: pip install -e plugins/d5-plugin-numpy",
-)
-
 
 LIGHT_MODELS = [
     "resnet50",
@@ -64,7 +60,6 @@ def test_matches_numpy_executor(build) -> None:
 
 @pytest.mark.parametrize("name", ["mlp", "lenet5", "resnet20", "vgg"])
 def test_zoo_matches_numpy_executor(name: str) -> None:
-    zoo = pytest.importorskip("d5core.networks.zoo")
     net = Network(zoo.ZOO[name](batch=2))
     loss = net.add_loss(net.outputs[0].name)
     rng = np.random.default_rng(0)

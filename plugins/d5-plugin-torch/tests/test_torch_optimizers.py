@@ -13,8 +13,6 @@ from d5core.errors import UsageError
 from d5core.levels.training import Optimizer
 from d5core.plugins import get_plugin_manager
 
-pytest.importorskip("d5_plugin_numpy.optimizers")
-
 CASES: list[tuple[str, dict[str, Any]]] = [
     ("sgd", {"lr": 0.1}),
     ("momentum", {"lr": 0.1, "momentum": 0.8}),
@@ -94,7 +92,6 @@ def test_torch_optimizer_native_step_matches_the_reference_over_five_steps(
 
 
 def test_native_step_updates_the_torch_executor_parameters_in_place() -> None:
-    onnx = pytest.importorskip("onnx")
     from d5_plugin_torch.executor import TorchExecutor
     from onnx import TensorProto, helper, numpy_helper
 
@@ -109,17 +106,13 @@ def test_native_step_updates_the_torch_executor_parameters_in_place() -> None:
         [numpy_helper.from_array(w, "W")],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    try:
-        ex = TorchExecutor(Network(model))
-    except Exception as exc:  # the network wrapper may need more than this graph
-        pytest.skip(f"cannot build the executor here: {exc}")
+    ex = TorchExecutor(Network(model))
     x = np.array([[1.0, -1.0]], dtype=np.float32)
     _, grads = ex.inference_and_backprop({"x": x}, "loss")
     opt = _load("torch-sgd")(lr=0.5)
     opt.bind(ex)
     opt.native_step({k: torch.from_numpy(v) for k, v in grads.items()})
     np.testing.assert_allclose(ex.get_parameters()["W"], w - 0.5 * grads["W"])
-    del onnx
 
 
 def test_state_dict_resumes_the_same_trajectory() -> None:

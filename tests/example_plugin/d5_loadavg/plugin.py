@@ -7,7 +7,7 @@ import os
 
 import click
 
-from d5core.hookspecs import hookimpl
+from d5core.api import hookimpl
 
 d5_plugin_api = ">=1.0,<2"
 

@@ -1,6 +1,6 @@
 """Distributed optimizers: communication schemes around a local optimizer.
 
-Each scheme is a :class:`~d5core.levels.distributed.DistributedOptimizer` and a
+Each scheme is a :class:`~d5core.api.DistributedOptimizer` and a
 ``d5.optimizers`` entry, built as ``cls(local, comm, *, compression=None, **options)``:
 
 - ``allreduce``: average gradients with one allreduce, then step locally (consistent;
@@ -26,9 +26,7 @@ from d5_plugin_mpi.schemes.compression import COMPRESSORS, QSGD, Sign, TopK, mak
 from d5_plugin_mpi.schemes.dpsgd import DPSGDOptimizer
 from d5_plugin_mpi.schemes.model_averaging import ModelAveragingOptimizer
 from d5_plugin_mpi.schemes.parameter_server import ParameterServerOptimizer
-from d5core.errors import UsageError
-from d5core.levels.distributed import Communicator, DistributedOptimizer
-from d5core.levels.training import Optimizer
+from d5core.api import Communicator, DistributedOptimizer, Optimizer, UsageError
 
 __all__ = [
     "COMPRESSORS",

@@ -8,14 +8,14 @@ from typing import Any
 import numpy as np
 
 from d5_plugin_mpi.schemes.compression import make_compressor
-from d5core.errors import UsageError
-from d5core.levels.distributed import (
+from d5core.api import (
     Communicator,
     Compressor,
     DistributedOptimizer,
+    Optimizer,
+    UsageError,
     collective_bytes,
 )
-from d5core.levels.training import Optimizer
 
 __all__ = ["Scheme", "add_bytes", "positive_int"]
 

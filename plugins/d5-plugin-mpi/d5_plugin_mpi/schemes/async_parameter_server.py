@@ -24,8 +24,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from d5_plugin_mpi.schemes._common import Scheme
-from d5core.levels.distributed import ANY_SOURCE, Communicator, Compressor
-from d5core.levels.training import Optimizer
+from d5core.api import ANY_SOURCE, Communicator, Compressor, Optimizer
 
 __all__ = ["AsyncParameterServerOptimizer"]
 

@@ -22,8 +22,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from d5core.errors import UsageError
-from d5core.levels.distributed import Compressor
+from d5core.api import Compressor, UsageError
 
 __all__ = ["COMPRESSORS", "QSGD", "Sign", "TopK", "make_compressor"]
 

@@ -14,8 +14,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from d5_plugin_mpi.schemes._common import Scheme, add_bytes, positive_int
-from d5core.levels.distributed import Communicator, Compressor
-from d5core.levels.training import Optimizer
+from d5core.api import Communicator, Compressor, Optimizer
 
 __all__ = ["ModelAveragingOptimizer"]
 

@@ -2,7 +2,7 @@
 
 Option ``servers`` (default: every rank) makes ranks ``0 .. servers-1`` the servers. The
 flattened parameter vector (sorted names) is split into ``servers`` near-equal shards
-(:func:`~d5core.levels.distributed.chunk_counts`); server ``s`` owns shard ``s`` and its
+(:func:`~d5core.api.chunk_counts`); server ``s`` owns shard ``s`` and its
 slice of the local optimizer's state. Each step every rank pushes each shard of its
 gradient to the shard's owner (point to point), each owner averages the ``size``
 gradients and takes the local step on its shard, then sends the updated shard to every
@@ -19,8 +19,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from d5_plugin_mpi.schemes._common import Scheme, positive_int
-from d5core.levels.distributed import Communicator, Compressor, chunk_counts
-from d5core.levels.training import Optimizer
+from d5core.api import Communicator, Compressor, Optimizer, chunk_counts
 
 __all__ = ["ParameterServerOptimizer"]
 

@@ -13,8 +13,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from d5core.errors import UsageError
-from d5core.levels.operators import Operator, TensorDescriptor
+from d5core.api import Operator, TensorDescriptor, UsageError
 
 __all__ = [
     "FLOAT_DTYPES",

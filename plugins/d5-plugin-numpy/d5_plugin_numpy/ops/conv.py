@@ -18,7 +18,6 @@ import numpy as np
 
 from d5_plugin_numpy.ops.base import ReferenceOperator, as_ints, as_str
 from d5_plugin_numpy.ops.windows import (
-    AUTO_PADS,
     Geometry,
     crop,
     gather,
@@ -27,7 +26,7 @@ from d5_plugin_numpy.ops.windows import (
     spatial_attribute,
     window_geometry,
 )
-from d5core.errors import UsageError
+from d5core.api import AUTO_PADS, UsageError
 
 __all__ = ["Conv", "ConvTranspose"]
 

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from d5_plugin_numpy.ops.base import ReferenceOperator, as_str
-from d5core.errors import UsageError
+from d5core.api import UsageError
 
 __all__ = ["MeanSquaredError", "SoftmaxCrossEntropyLoss"]
 

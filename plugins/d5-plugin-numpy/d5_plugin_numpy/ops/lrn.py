@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from d5_plugin_numpy.ops.base import ReferenceOperator
-from d5core.errors import UsageError
+from d5core.api import UsageError
 
 __all__ = ["LRN"]
 

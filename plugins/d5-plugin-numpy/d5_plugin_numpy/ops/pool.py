@@ -12,7 +12,7 @@ import numpy as np
 
 from d5_plugin_numpy.ops.base import ReferenceOperator, as_ints, as_str
 from d5_plugin_numpy.ops.windows import Geometry, crop, gather, pad, scatter, window_geometry
-from d5core.errors import UsageError
+from d5core.api import UsageError
 
 __all__ = ["AveragePool", "GlobalAveragePool", "MaxPool"]
 

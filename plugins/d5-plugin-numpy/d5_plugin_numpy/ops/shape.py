@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from d5_plugin_numpy.ops.base import ReferenceOperator, as_ints
-from d5core.errors import UsageError
+from d5core.api import UsageError
 
 __all__ = ["Concat", "Flatten", "Identity", "Reshape", "Squeeze", "Transpose", "Unsqueeze"]
 

@@ -16,11 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from d5core.errors import UsageError
+from d5core.api import UsageError, resolve_pads
 
-__all__ = ["AUTO_PADS", "Geometry", "crop", "gather", "pad", "scatter", "window_geometry"]
-
-AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
+__all__ = ["Geometry", "crop", "gather", "pad", "scatter", "window_geometry"]
 
 
 @dataclass(frozen=True)
@@ -72,6 +70,7 @@ def window_geometry(
 ) -> Geometry:
     """Output size and padding of windows over ``spatial``, with ONNX semantics.
 
+    The padding is d5's reading of ``auto_pad`` (:func:`d5core.api.resolve_pads`).
     ``NOTSET`` uses ``pads`` (all begins, then all ends) and
     ``out = floor_or_ceil((in + begin + end - extent) / stride) + 1``; with ``ceil_mode``
     a last window that would start in the end padding is dropped (as ONNX's reference and
@@ -84,19 +83,10 @@ def window_geometry(
     s = spatial_attribute(strides, rank, 1, "strides", op_type)
     d = spatial_attribute(dilations, rank, 1, "dilations", op_type)
     extents = [(k - 1) * di + 1 for k, di in zip(kernel, d, strict=True)]
-    if auto_pad not in AUTO_PADS:
-        raise UsageError(
-            f"{op_type} auto_pad must be one of {', '.join(AUTO_PADS)}, not {auto_pad!r}"
-        )
-    begin, end, extra, out = [], [], [], []
-    if auto_pad == "NOTSET":
-        p = (0,) * (2 * rank) if pads is None else tuple(int(v) for v in pads)
-        if len(p) != 2 * rank or any(v < 0 for v in p):
-            raise UsageError(
-                f"{op_type} attribute pads must hold {2 * rank} non-negative values "
-                f"(begins, then ends), not {list(p)}"
-            )
-        begin, end = list(p[:rank]), list(p[rank:])
+    begin, end = resolve_pads(
+        spatial, kernel, auto_pad=auto_pad, pads=pads, strides=s, dilations=d, op_type=op_type
+    )
+    extra, out = [], []
     for a in range(rank):
         size, stride, ext = spatial[a], s[a], extents[a]
         if auto_pad == "NOTSET":
@@ -106,14 +96,8 @@ def window_geometry(
                 n -= 1
         elif auto_pad == "VALID":
             n = (size - ext) // stride + 1
-            begin.append(0)
-            end.append(0)
         else:
             n = math.ceil(size / stride)
-            total = max(0, (n - 1) * stride + ext - size)
-            small, large = total // 2, total - total // 2
-            begin.append(small if auto_pad == "SAME_UPPER" else large)
-            end.append(large if auto_pad == "SAME_UPPER" else small)
         if n < 1 or size + begin[a] + end[a] < ext:
             raise UsageError(
                 f"{op_type}: a kernel spanning {ext} does not fit spatial axis {a} of size "
@@ -121,7 +105,7 @@ def window_geometry(
             )
         out.append(n)
         extra.append(max(0, (n - 1) * stride + ext - (size + begin[a] + end[a])))
-    return Geometry(kernel, s, d, tuple(begin), tuple(end), tuple(extra), tuple(out))
+    return Geometry(kernel, s, d, begin, end, tuple(extra), tuple(out))
 
 
 def pad(x: np.ndarray, begin: Sequence[int], end: Sequence[int], value: float = 0.0) -> np.ndarray:

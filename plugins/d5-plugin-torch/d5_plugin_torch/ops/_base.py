@@ -19,8 +19,7 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 import torch
 
-from d5core.errors import UsageError
-from d5core.levels.operators import Operator, TensorDescriptor
+from d5core.api import Operator, TensorDescriptor, UsageError
 
 __all__ = [
     "FLOAT_DTYPES",
@@ -230,7 +229,7 @@ class TorchOperator(Operator):
 
     def declares_no_gradient(self, index: int) -> bool:
         """Whether input ``index`` has no gradient by design: besides the declarations of
-        :class:`~d5core.levels.operators.Operator`, an input in a ``"static"`` or
+        :class:`~d5core.api.Operator`, an input in a ``"static"`` or
         ``"index"`` slot or in one marked not ``differentiable``."""
         if super().declares_no_gradient(index):
             return True

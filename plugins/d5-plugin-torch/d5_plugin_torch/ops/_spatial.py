@@ -6,10 +6,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from d5_plugin_torch.ops._base import TorchOperator
+from d5core.api import AUTO_PADS, resolve_pads
 
-__all__ = ["AUTO_PADS", "Window", "auto_pad_of", "pad_argument", "window"]
-
-AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
+__all__ = ["Window", "auto_pad_of", "pad_argument", "window"]
 
 
 @dataclass(frozen=True)
@@ -90,28 +89,25 @@ def window(
 ) -> Window:
     """The window of ``op`` over spatial ``sizes`` with a ``kernel`` (from W or an
     attribute), reading ``strides``, ``dilations`` and ``pads`` and applying ``auto_pad``
-    the way ONNX's Conv and pooling operators do. With ``fit`` the dilated kernel must fit
-    in the padded input (not so for a transposed convolution)."""
+    the way ONNX's Conv and pooling operators do (:func:`d5core.api.resolve_pads`). With
+    ``fit`` the dilated kernel must fit in the padded input (not so for a transposed
+    convolution)."""
     n = len(sizes)
     strides = _per_axis(op, "strides", n, 1)
     dilations = _per_axis(op, "dilations", n, 1)
-    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-        pads = []
-        for size, k, s, d in zip(sizes, kernel, strides, dilations, strict=True):
-            out = -(-size // s)
-            total = max(0, (out - 1) * s + (k - 1) * d + 1 - size)
-            small, big = total // 2, total - total // 2
-            pads.append((small, big) if auto_pad == "SAME_UPPER" else (big, small))
-    elif auto_pad == "VALID":
-        pads = [(0, 0)] * n
-    else:
-        flat = op.ints("pads") or [0] * (2 * n)
-        if len(flat) != 2 * n:
-            raise op.fail(f"attribute pads needs {2 * n} values (begins, then ends), got {flat}")
-        if any(p < 0 for p in flat):
-            raise op.fail(f"attribute pads must not be negative, got {flat}")
-        pads = list(zip(flat[:n], flat[n:], strict=True))
-    win = Window(tuple(kernel), strides, dilations, tuple(pads), tuple(sizes))
+    pads = op.ints("pads") if auto_pad == "NOTSET" else None
+    begins, ends = resolve_pads(
+        sizes,
+        kernel,
+        auto_pad=auto_pad,
+        pads=pads,
+        strides=strides,
+        dilations=dilations,
+        op_type=op.op_type,
+    )
+    win = Window(
+        tuple(kernel), strides, dilations, tuple(zip(begins, ends, strict=True)), tuple(sizes)
+    )
     for size, (b, e), k in zip(sizes, win.pads, win.effective_kernel, strict=True):
         if fit and size + b + e < k:
             raise op.fail(

@@ -1,0 +1,397 @@
+"""Compare two stored runs: measurement by measurement, and scalar metric by metric.
+
+:func:`compare_runs` pairs the measurements of a baseline and a candidate run by metric
+and labels and judges each pair between worker processes (:mod:`d5core.measure.nested`):
+the ratio of the medians of process medians with its interval, Welch's t-test on the log
+process medians and a verdict (better, worse or same) by the direction each quantity
+declares, called only above the noise floor of the runs' machines. Scalar metrics (one
+value per run) are set side by side with an untested verdict. The environments and the
+machine's load are compared too. ``d5 results compare`` renders the result; its
+``--json`` prints :meth:`Comparison.to_json` (``docs/json.md``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from d5core.results.load import load_difference, run_load_warnings
+from d5core.results.store import MeasurementRecord, MetricRecord, ResultsStore, RunRecord
+
+if TYPE_CHECKING:
+    from d5core.measure.nested import NestedSummary
+
+__all__ = ["Comparison", "compare_runs"]
+
+#: Samples of one (metric, labels) in one run, by worker process (``None``: not
+#: recorded), with the measurement that named them and every direction declared.
+_Group = tuple[MeasurementRecord, dict[int | None, list[float]], set[str | None]]
+
+
+def _grouped(store: ResultsStore, run_id: str) -> dict[tuple[str, str], _Group]:
+    """Samples per (metric, labels) and process: measurements repeated in one run are
+    pooled, process by process (samples of no recorded process form one process)."""
+    groups: dict[tuple[str, str], _Group] = {}
+    for m in store.measurements(run_id):
+        key = (m.metric, json.dumps(m.labels, sort_keys=True))
+        first, per_process, directions = groups.get(key, (m, {}, set()))
+        for process, values in store.samples_by_process(m.id).items():
+            per_process.setdefault(process, []).extend(values)
+        groups[key] = (first, per_process, directions | {m.better})
+    return groups
+
+
+def _brief(run: RunRecord) -> dict[str, Any]:
+    return {
+        "run_id": run.id,
+        "kind": run.kind,
+        "name": run.name,
+        "status": run.status,
+        "created": run.created,
+        "fingerprint": run.fingerprint,
+    }
+
+
+def _lower_is_better(better: str | None) -> bool | None:
+    return None if better is None else better == "lower"
+
+
+def _side(summary: NestedSummary) -> dict[str, Any]:
+    """One side's figures: the median of process medians and its interval (between
+    processes when there are two or more, else the one process's own)."""
+    between = summary.between_known
+    return {
+        "n": summary.n_samples,
+        "processes": summary.n_processes,
+        "median": summary.median,
+        "ci_low": summary.ci_low if between else summary.within_ci_low,
+        "ci_high": summary.ci_high if between else summary.within_ci_high,
+        "ci": "between processes" if between else "within one process",
+        "between_share": summary.between_share,
+        "process_medians": summary.process_medians,
+    }
+
+
+def _compare_one(
+    first: MeasurementRecord,
+    base: Mapping[int | None, Sequence[float]],
+    cand: Mapping[int | None, Sequence[float]],
+    alpha: float,
+    floor: float,
+) -> dict[str, Any]:
+    """The verdict from the processes (:func:`compare_nested`); the within-run
+    Mann–Whitney test of the pooled samples rides along as information."""
+    from d5core.measure.compare import within_run_test
+    from d5core.measure.nested import compare_nested, summarize_nested
+
+    lower = _lower_is_better(first.better)
+    row: dict[str, Any] = {
+        "metric": first.metric,
+        "labels": dict(first.labels),
+        "unit": first.unit,
+        "better": first.better,
+        "lower_is_better": lower,
+    }
+    try:
+        sb = summarize_nested([list(v) for v in base.values()])
+        sc = summarize_nested([list(v) for v in cand.values()])
+        result = compare_nested(sb, sc, alpha=alpha, min_effect=floor, lower_is_better=lower)
+    except ValueError as exc:
+        row["error"] = " ".join(str(exc).split())
+        return row
+    p_within, delta = within_run_test(
+        [x for v in base.values() for x in v], [x for v in cand.values() for x in v]
+    )
+    row["baseline"], row["candidate"] = _side(sb), _side(sc)
+    row.update(result.to_json())
+    row["processes"] = {"baseline": sb.n_processes, "candidate": sc.n_processes}
+    row["noise_floor"] = floor
+    row["effect_size"] = delta
+    row["within_run"] = {
+        "test": "mann-whitney",
+        "p_value": p_within,
+        "effect_size": delta,
+        "note": "samples of one process are not independent runs: information only",
+    }
+    return row
+
+
+def _measurement_rows(
+    ga: Mapping[tuple[str, str], _Group],
+    gb: Mapping[tuple[str, str], _Group],
+    alpha: float,
+    floor: float,
+) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    for key, (first, values, directions) in ga.items():
+        if key not in gb:
+            continue
+        other, other_values, other_directions = gb[key]
+        problem = None
+        if first.unit != other.unit:
+            problem = f"units differ: {first.unit!r} vs {other.unit!r}"
+        elif len(directions | other_directions) > 1:
+            shown = " vs ".join(sorted(str(d) for d in directions | other_directions))
+            problem = f"the runs disagree on which direction is better: {shown}"
+        if problem is not None:
+            rows.append(
+                {"metric": first.metric, "labels": first.labels, "unit": first.unit,
+                 "error": problem}
+            )  # fmt: skip
+            continue
+        rows.append(_compare_one(first, values, other_values, alpha, floor))
+    return rows
+
+
+def _run_machine(store: ResultsStore, run: RunRecord) -> str | None:
+    """The fingerprint of the machine ``run`` was measured on (``None`` if unknown)."""
+    from d5core.measure.noise import machine_fingerprint, machine_identity_of
+
+    stored = run.config.get("machine_fingerprint")
+    if isinstance(stored, str) and stored:
+        return stored
+    identity = machine_identity_of(store.environment(run.id))
+    return None if identity is None else machine_fingerprint(identity)
+
+
+def _calibrated_floor(store: ResultsStore, runs: Sequence[RunRecord]) -> dict[str, Any]:
+    """The noise floor of the runs' machines from their stored calibrations: the larger
+    where the runs come from two machines; the default where one has none."""
+    from d5core.measure.compare import DEFAULT_MIN_EFFECT
+    from d5core.measure.noise import DEFAULT_MAX_AGE_DAYS, NOISE_FLOOR_ENV, noise_floor
+
+    machines = list(dict.fromkeys(_run_machine(store, run) for run in runs))
+    found, missing, notes = [], [], []
+    for fingerprint in machines:
+        stored = None if fingerprint is None else noise_floor(store, fingerprint, None)
+        if stored is None:
+            missing.append(fingerprint or "unknown")
+            continue
+        found.append(stored)
+        if stored.age_days > DEFAULT_MAX_AGE_DAYS:
+            notes.append(
+                f"the calibration of machine {stored.fingerprint} is "
+                f"{stored.age_days:.0f} days old (run 'd5 calibrate' to measure it again)"
+            )
+    calibrations = [
+        {"fingerprint": f.fingerprint, "run_id": f.run_id, "machine_floor": f.machine_floor,
+         "age_days": f.age_days, "processes": f.processes}
+        for f in found
+    ]  # fmt: skip
+    if missing:
+        notes.append(
+            f"no calibration taken on a quiet machine is stored for machine "
+            f"{', '.join(missing)}: using d5's default "
+            f"noise floor of {DEFAULT_MIN_EFFECT:.1%} (run 'd5 calibrate' to measure it, "
+            f"or set {NOISE_FLOOR_ENV})"
+        )
+        value, source = DEFAULT_MIN_EFFECT, "default"
+    else:
+        value, source = max(f.machine_floor for f in found), "calibration"
+    return {"value": value, "source": source, "calibrations": calibrations, "notes": notes}
+
+
+def _noise_floor(
+    store: ResultsStore, runs: Sequence[RunRecord], min_effect: float | None
+) -> dict[str, Any]:
+    """The floor a comparison of ``runs`` calls changes above, and where it came from:
+    ``--min-effect``, then ``$D5_NOISE_FLOOR``, then the machines' calibrations, then
+    d5's default."""
+    from d5core.measure.noise import NOISE_FLOOR_ENV, noise_floor_override
+
+    if min_effect is not None:
+        return {"value": min_effect, "source": "--min-effect", "calibrations": [], "notes": []}
+    override = noise_floor_override()
+    if override is not None:
+        return {"value": override, "source": NOISE_FLOOR_ENV, "calibrations": [], "notes": []}
+    return _calibrated_floor(store, runs)
+
+
+def _scalar_change(baseline: float, candidate: float, min_effect: float) -> str | None:
+    """``higher``, ``lower`` or ``none`` (within ``min_effect``); ``None`` for NaN."""
+    if not (math.isfinite(baseline) and math.isfinite(candidate)):
+        return None
+    if candidate == baseline or (baseline != 0.0 and abs(candidate / baseline - 1.0) <= min_effect):
+        return "none"
+    return "higher" if candidate > baseline else "lower"
+
+
+def _metric_rows(
+    store: ResultsStore, a: RunRecord, b: RunRecord, min_effect: float
+) -> tuple[list[dict[str, Any]], set[str]]:
+    """Scalar metrics found in both runs, side by side with their ratio and an untested
+    verdict (one value per run is not a sample: no significance test is possible)."""
+    from d5core.measure.compare import judge
+
+    def by_key(run: RunRecord) -> dict[tuple[str, str], MetricRecord]:
+        return {(k.name, json.dumps(k.labels, sort_keys=True)): k for k in store.metrics(run.id)}
+
+    ma, mb = by_key(a), by_key(b)
+    rows = []
+    for key, ka in ma.items():
+        if key not in mb:
+            continue
+        va, vb = ka.value, mb[key].value
+        ratio = vb / va if va not in (0.0,) and math.isfinite(va) and math.isfinite(vb) else None
+        better = ka.better if ka.better == mb[key].better else None
+        change = _scalar_change(va, vb, min_effect)
+        rows.append(
+            {
+                "name": key[0],
+                "labels": ka.labels,
+                "unit": ka.unit,
+                "better": better,
+                "baseline": None if math.isnan(va) else va,
+                "candidate": None if math.isnan(vb) else vb,
+                "ratio": ratio,
+                "change": change,
+                "verdict": None if change is None else judge(change, _lower_is_better(better)),
+                "tested": False,
+            }
+        )
+    unmatched = {k[0] for k in set(ma) ^ set(mb)}
+    return rows, unmatched
+
+
+def _load_report(a: RunRecord, b: RunRecord) -> dict[str, Any]:
+    """Both runs' load averages and a warning for each busy run and for differing loads."""
+    warnings = [
+        f"{label} {run.id}: {w}"
+        for label, run in (("baseline", a), ("candidate", b))
+        for w in run_load_warnings(run.load_start, run.load_end)
+    ]
+    differed = load_difference((a.load_start, a.load_end), (b.load_start, b.load_end))
+    if differed:
+        warnings.append(differed)
+
+    def loads(run: RunRecord) -> dict[str, Any]:
+        return {
+            "start": None if run.load_start is None else run.load_start.to_json(),
+            "end": None if run.load_end is None else run.load_end.to_json(),
+        }
+
+    return {"baseline": loads(a), "candidate": loads(b), "warnings": warnings}
+
+
+@dataclass
+class Comparison:
+    """The outcome of :func:`compare_runs`."""
+
+    baseline: RunRecord
+    candidate: RunRecord
+    #: The significance level of the test between processes.
+    alpha: float
+    #: The smallest change the scalar metrics call (``--min-effect``, else d5's default).
+    metrics_min_effect: float
+    #: The noise floor the measurements are judged against: ``value``, ``source``,
+    #: ``calibrations`` and ``notes``.
+    noise_floor: dict[str, Any]
+    same_environment: bool
+    #: What differs between the runs' environments (empty when they are the same).
+    environment_differences: list[str]
+    #: Both runs' load averages and the warnings about them.
+    load: dict[str, Any]
+    #: One row per measurement found in both runs.
+    comparisons: list[dict[str, Any]]
+    only_in_baseline: list[dict[str, Any]]
+    only_in_candidate: list[dict[str, Any]]
+    #: One row per scalar metric found in both runs.
+    metrics: list[dict[str, Any]]
+    #: Names of the scalar metrics found in only one of the runs.
+    metrics_unmatched: set[str]
+
+    def worse(self) -> list[dict[str, Any]]:
+        """The measurements of the candidate that are significantly worse."""
+        return [r for r in self.comparisons if r.get("verdict") == "worse"]
+
+    def warnings(self) -> list[str]:
+        """What the reader should know before trusting the verdicts, one line each."""
+        a, b = self.baseline, self.candidate
+        found = [
+            f"run {run.id} is {run.status}; comparing what it stored"
+            for run in (a, b)
+            if run.status != "complete"
+        ]
+        if not self.same_environment:
+            differences = self.environment_differences
+            shown = "; ".join(differences[:4]) + ("; ..." if len(differences) > 4 else "")
+            found.append(
+                f"runs {a.id} and {b.id} were measured in different environments "
+                f"({shown or 'fingerprints differ'}); differences may come from the environment"
+            )
+        found += self.load["warnings"]
+        if not self.comparisons and not self.metrics:
+            found.append(f"runs {a.id} and {b.id} have no measurement or metric in common")
+        return found
+
+    def to_json(self) -> dict[str, Any]:
+        """What ``d5 results compare --json`` prints (``docs/json.md``)."""
+        from d5core.measure.nested import MIN_PROCESSES
+
+        return {
+            "baseline": _brief(self.baseline),
+            "candidate": _brief(self.candidate),
+            "alpha": self.alpha,
+            "min_effect": self.noise_floor["value"],
+            "metrics_min_effect": self.metrics_min_effect,
+            "noise_floor": self.noise_floor,
+            "method": "welch t-test on log process medians",
+            "min_processes": MIN_PROCESSES,
+            "same_environment": self.same_environment,
+            "environment_differences": self.environment_differences,
+            "load": self.load,
+            "comparisons": self.comparisons,
+            "only_in_baseline": self.only_in_baseline,
+            "only_in_candidate": self.only_in_candidate,
+            "metrics": self.metrics,
+        }
+
+
+def compare_runs(
+    store: ResultsStore,
+    baseline: str,
+    candidate: str,
+    *,
+    alpha: float | None = None,
+    min_effect: float | None = None,
+) -> Comparison:
+    """Compare run ``candidate`` with run ``baseline`` (ids or unique prefixes).
+
+    ``alpha`` is the significance level (default: d5's); ``min_effect`` the smallest
+    relative change called, instead of the noise floor (``$D5_NOISE_FLOOR``, else the
+    machines' calibrations, else d5's default).
+
+    :raises UsageError: for a run id that matches no run, or several.
+    """
+    from d5core.environment import environment_differences, environment_fingerprint
+    from d5core.measure.compare import DEFAULT_MIN_EFFECT
+    from d5core.measure.nested import DEFAULT_NESTED_ALPHA
+
+    level = DEFAULT_NESTED_ALPHA if alpha is None else alpha
+    effect = DEFAULT_MIN_EFFECT if min_effect is None else min_effect
+    a, b = store.get_run(baseline), store.get_run(candidate)
+    floor = _noise_floor(store, (a, b), min_effect)
+    env_a, env_b = store.environment(a.id), store.environment(b.id)
+    ga, gb = _grouped(store, a.id), _grouped(store, b.id)
+    metric_rows, metrics_unmatched = _metric_rows(store, a, b, effect)
+    # Recomputed from the stored environments, so runs stored by an older d5 compare
+    # by today's rules.
+    same_env = environment_fingerprint(env_a) == environment_fingerprint(env_b)
+    return Comparison(
+        baseline=a,
+        candidate=b,
+        alpha=level,
+        metrics_min_effect=effect,
+        noise_floor=floor,
+        same_environment=same_env,
+        environment_differences=[] if same_env else environment_differences(env_a, env_b),
+        load=_load_report(a, b),
+        comparisons=_measurement_rows(ga, gb, level, floor["value"]),
+        only_in_baseline=[{"metric": k[0], "labels": json.loads(k[1])} for k in ga if k not in gb],
+        only_in_candidate=[{"metric": k[0], "labels": json.loads(k[1])} for k in gb if k not in ga],
+        metrics=metric_rows,
+        metrics_unmatched=metrics_unmatched,
+    )

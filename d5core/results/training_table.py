@@ -1,0 +1,150 @@
+"""Training runs side by side: one row per recipe (hash) and value of one setting.
+
+:func:`training_table` groups stored ``train`` runs by a recipe setting (``--by``:
+executor, optimizer, batch size, ...) and by recipe hash, so runs of different recipes
+never share a row, and summarises each row with one value per run: time to accuracy as
+MLPerf counts it (a run that missed the target is infinitely slow), final test accuracy
+and throughput. Failed and unfinished runs are counted, not summarised. ``d5 results
+table`` renders the rows; its ``--json`` prints them (``docs/json.md``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from d5core.errors import UsageError
+from d5core.results.store import ResultsStore, RunRecord
+
+__all__ = ["by_keys", "check_by", "mixed_recipe_warnings", "training_table"]
+
+#: Statuses whose runs trained to the end (diverged: a result, not a crash); they are
+#: summarised. Failed, incomplete and running runs are counted and shown, not summarised.
+_SUMMARISED = ("complete", "diverged")
+_EXTRA_BY_KEYS = ("recipe",)
+
+
+def by_keys() -> list[str]:
+    """The keys ``--by`` accepts: every recipe setting, and the recipe itself."""
+    from d5core.training.recipes import ALLOWED_KEYS
+
+    return sorted({*ALLOWED_KEYS, *_EXTRA_BY_KEYS})
+
+
+def check_by(group_by: str) -> None:
+    """:raises UsageError: unless ``group_by`` is one of :func:`by_keys`."""
+    keys = by_keys()
+    if group_by not in keys:
+        raise UsageError(f"--by {group_by!r} is not a recipe setting; use one of {', '.join(keys)}")
+
+
+def _setting(run: RunRecord, key: str) -> str:
+    """A run's value for ``key``: from its recipe settings, else from its config."""
+    config = run.config or {}
+    settings = config.get("settings") or {}
+    value = settings.get(key, config.get(key))
+    return "-" if value is None else str(value)
+
+
+def _run_values(store: ResultsStore, run: RunRecord) -> dict[str, float | None]:
+    """One run's time to accuracy, final test accuracy and throughput (``None``: absent).
+
+    Throughput is the run's own samples/s over the whole run, else the median of its
+    per-step rates: one value per run.
+    """
+    from d5core.results.summaries import true_median
+
+    values = {m.name: m.value for m in store.metrics(run.id) if not m.labels}
+    rate = values.get("throughput")
+    if rate is None or not math.isfinite(rate):
+        steps = [
+            v
+            for m in store.measurements(run.id)
+            if m.metric == "throughput"
+            for v in store.samples(m.id)
+            if math.isfinite(v)
+        ]
+        rate = true_median(steps) if steps else None
+
+    def finite(name: str) -> float | None:
+        value = values.get(name)
+        return value if value is not None and math.isfinite(value) else None
+
+    return {
+        "time_to_accuracy": finite("time_to_accuracy"),
+        "final_test_accuracy": finite("final_test_accuracy"),
+        "throughput": rate,
+    }
+
+
+def _has_target(run: RunRecord) -> bool:
+    settings = (run.config or {}).get("settings") or {}
+    return settings.get("target_accuracy") is not None
+
+
+def _table_row(
+    store: ResultsStore, group_by: str, key: tuple[str, str | None], members: list[RunRecord]
+) -> dict[str, Any]:
+    """One row: the runs of one recipe hash with one value of ``group_by``."""
+    from d5core.results.summaries import across_runs, range_of, time_to_accuracy_summary
+
+    statuses: dict[str, int] = {}
+    for run in members:
+        statuses[run.status] = statuses.get(run.status, 0) + 1
+    summarised = [r for r in members if r.status in _SUMMARISED]
+    values = [_run_values(store, r) for r in summarised]
+    ttas = [v["time_to_accuracy"] for v in values]
+    accs = [v["final_test_accuracy"] for v in values if v["final_test_accuracy"] is not None]
+    rates = [v["throughput"] for v in values if v["throughput"] is not None]
+    with_target = any(_has_target(r) for r in summarised) or any(t is not None for t in ttas)
+    return {
+        group_by: key[0],
+        "recipe": members[0].name,
+        "recipe_hash": key[1],
+        "runs": len(members),
+        "statuses": dict(sorted(statuses.items())),
+        "failed": statuses.get("failed", 0),
+        "diverged": statuses.get("diverged", 0),
+        "not_finished": sum(statuses.get(s, 0) for s in ("incomplete", "interrupted", "running")),
+        "summarised": len(summarised),
+        "reached_target": sum(1 for t in ttas if t is not None),
+        "run_ids": [r.id for r in members],
+        "time_to_accuracy": _json_safe(time_to_accuracy_summary(ttas))
+        if with_target and ttas
+        else None,
+        "final_test_accuracy": range_of(accs) if accs else None,
+        "throughput": across_runs(rates) if rates else None,
+    }
+
+
+def _json_safe(summary: dict[str, Any]) -> dict[str, Any]:
+    """Infinite times (the target was not reached) become ``None``: strict JSON."""
+    return {k: None if isinstance(v, float) and math.isinf(v) else v for k, v in summary.items()}
+
+
+def training_table(
+    store: ResultsStore, records: Iterable[RunRecord], group_by: str
+) -> list[dict[str, Any]]:
+    """One row per value of the setting ``group_by`` and recipe hash of ``records``,
+    sorted by both: its runs counted by status and summarised (``docs/json.md``)."""
+    check_by(group_by)
+    groups: dict[tuple[str, str | None], list[RunRecord]] = {}
+    for record in records:
+        key = (_setting(record, group_by), record.recipe_hash)
+        groups.setdefault(key, []).append(record)
+    order = sorted(groups, key=lambda k: (k[0], k[1] or ""))
+    return [_table_row(store, group_by, key, groups[key]) for key in order]
+
+
+def mixed_recipe_warnings(group_by: str, rows: Sequence[dict[str, Any]]) -> list[str]:
+    """A warning for each value of ``group_by`` whose runs come from several recipes."""
+    hashes: dict[str, set[str | None]] = {}
+    for row in rows:
+        hashes.setdefault(row[group_by], set()).add(row["recipe_hash"])
+    return [
+        f"{group_by}={value} has runs of {len(found)} different recipes (recipe hashes); "
+        "each recipe gets its own row"
+        for value, found in sorted(hashes.items())
+        if len(found) > 1
+    ]

@@ -1,0 +1,103 @@
+"""d5core.api is the plugin API: its names are pinned, each is its home module's object,
+and importing it costs a plugin module nothing."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import d5core.api as api
+from d5core import PLUGIN_API_VERSION
+
+#: The plugin API version this surface was pinned at.
+PINNED_VERSION = "1.0"
+#: Every public name of d5core.api. Changing the surface is a deliberate edit of this
+#: list and of d5core/_version.py: a name added bumps PLUGIN_API_VERSION's minor number,
+#: one removed or renamed its major number (docs/plugins/README.md, "The plugin API").
+SURFACE = {
+    # the kernel
+    "PLUGIN_API_VERSION", "hookimpl", "hookspec", "get_plugin_manager", "PluginManager",
+    "reference_name", "D5Error", "UsageError", "CheckFailed", "PluginError",
+    # the metric bus
+    "MetricBus", "Event", "get_bus", "use_bus", "BEGIN", "END", "OP_FORWARD",
+    "OP_BACKWARD", "GRAPH_NODE", "TRAIN_STEP", "TRAIN_EPOCH", "TEST_PASS", "COMM_CALL",
+    "MEASURE_SAMPLE", "VALIDATION", "RUN_START", "RUN_END",
+    # metrics
+    "Metric", "MetricResult",
+    # level 0
+    "OperatorBackend", "Operator", "TensorDescriptor", "validate_operator",
+    "compare_outputs", "gradcheck", "default_grad_outputs",
+    # level 1
+    "GraphExecutor", "Network", "node_attributes", "constant_value", "legacy_broadcast",
+    "legacy_broadcast_shape", "AUTO_PADS", "resolve_pads",
+    # level 2
+    "Dataset", "load_dataset", "Sampler", "Optimizer", "NativeTraining", "CorrectCounter",
+    # level 3
+    "Communicator", "CommRequest", "DistributedOptimizer", "Compressor", "RankLauncher",
+    "ANY_SOURCE", "ANY_TAG", "REDUCE_OPS", "chunk_counts", "collective_bytes",
+}  # fmt: skip
+
+
+def test_the_public_names_are_the_pinned_surface_at_the_pinned_version():
+    added, removed = set(api.__all__) - SURFACE, SURFACE - set(api.__all__)
+    assert not added and not removed, (
+        f"d5core.api changed (added {sorted(added)}, removed {sorted(removed)}): update "
+        "SURFACE and bump PLUGIN_API_VERSION (minor to add, major to remove)"
+    )
+    assert len(api.__all__) == len(SURFACE), "a name is listed twice in d5core.api.__all__"
+    assert PLUGIN_API_VERSION == PINNED_VERSION, (
+        f"PLUGIN_API_VERSION is {PLUGIN_API_VERSION}: check SURFACE and pin the new version"
+    )
+
+
+def test_every_public_name_is_documented_in_the_module_docstring():
+    doc = api.__doc__ or ""
+    assert [name for name in api.__all__ if f"``{name}``" not in doc] == []
+
+
+@pytest.mark.parametrize("name", sorted(SURFACE))
+def test_each_public_name_is_the_object_of_its_home_module(name):
+    home = importlib.import_module(api._HOME_OF[name])
+    assert getattr(api, name) is getattr(home, name)
+
+
+def test_the_names_mypy_sees_are_the_names_imported_at_run_time():
+    """The ``TYPE_CHECKING`` imports (what mypy checks plugins against) and the table the
+    names are imported from at run time agree, name by name and module by module."""
+    tree = ast.parse(Path(api.__file__).read_text())
+    (guarded,) = (
+        n for n in tree.body if isinstance(n, ast.If) and ast.unparse(n.test) == "TYPE_CHECKING"
+    )
+    typed = {
+        alias.name: node.module
+        for node in guarded.body
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+    }
+    assert typed == api._HOME_OF
+    assert set(typed) == set(api.__all__)
+
+
+def test_an_unknown_name_is_an_attribute_error():
+    with pytest.raises(AttributeError, match=r"module 'd5core\.api' has no attribute 'Operatr'"):
+        api.Operatr  # noqa: B018
+    with pytest.raises(ImportError, match="Operatr"):
+        exec("from d5core.api import Operatr", {})
+
+
+def test_dir_lists_every_public_name():
+    assert set(api.__all__) <= set(dir(api))
+
+
+def test_importing_the_api_and_taking_hookimpl_imports_no_numpy_or_onnx():
+    code = (
+        "import sys; from d5core.api import UsageError, hookimpl, PLUGIN_API_VERSION;"
+        "print(sorted(m for m in ('numpy', 'onnx', 'torch') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
