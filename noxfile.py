@@ -108,6 +108,10 @@ def lint(session: nox.Session) -> None:
 
 @nox.session
 def types(session: nox.Session) -> None:
-    """mypy, strict, over d5core."""
-    session.install("mypy", "-e", ".[test]")
+    """mypy, strict, over d5core, d5's plugins and the plugins of docs/plugins (the files
+    of pyproject.toml's ``[tool.mypy]``); the plugins are installed with their
+    frameworks, so that they are checked against the frameworks' own types."""
+    pins = [pin for name in SHARED for pin in PINS.get(name, [])]
+    plugins = [arg for name in SHARED for arg in ("-e", f"plugins/{name}")]
+    session.install("mypy", *pins, "-e", ".[test]", *plugins)
     session.run("mypy")

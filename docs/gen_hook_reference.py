@@ -46,7 +46,7 @@ def render() -> str:
         f"Generated from the hook specifications of plugin API {PLUGIN_API_VERSION} by",
         "`python docs/gen_hook_reference.py`; do not edit by hand.",
         "",
-        "Implement a hook with `@hookimpl` from `d5core.hookspecs`. An implementation may take",
+        "Implement a hook with `@hookimpl` from `d5core.api`. An implementation may take",
         "fewer arguments than the specification lists, never others. An implementation that",
         "raises is left out of the call and reported, naming the plugin and the hook, unless",
         "the hook is marked *propagates*. How hooks are called, in which order, and how clashes",

@@ -139,7 +139,8 @@ def _rank_argv(
     "--ranks",
     type=click.IntRange(min=1),
     default=None,
-    help="Train data-parallel on N ranks (re-launched under mpiexec unless already).",
+    help="Train data-parallel on N ranks (re-launched under the communication plugin's "
+    "launcher unless already under one).",
 )
 @click.option(
     "--scheme",

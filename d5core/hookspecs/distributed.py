@@ -63,7 +63,7 @@ def d5_rank_launcher() -> RankLauncher | None:
 
     firstresult: stops at the first non-``None`` result.
 
-    .. versionadded:: 1.0
+    .. versionadded:: 1.1
     """
 
 
@@ -110,7 +110,7 @@ def d5_diagnose_rank_failure(launcher: str, rank: int, pid: int | None, output: 
 
     firstresult: stops at the first non-``None`` result.
 
-    .. versionadded:: 1.0
+    .. versionadded:: 1.1
     """
 
 
@@ -135,5 +135,5 @@ def d5_distribution_schemes() -> Sequence[str] | None:
 
     Not firstresult: the schemes of every plugin are offered together, each name once.
 
-    .. versionadded:: 1.0
+    .. versionadded:: 1.1
     """

@@ -15,6 +15,7 @@ __all__ = [
     "d5_memory_peak",
     "d5_memory_reset_peak",
     "d5_synchronize",
+    "d5_thread_settings",
 ]
 
 
@@ -90,4 +91,31 @@ def d5_memory_reset_peak(device: str) -> None:
     Return values are ignored.
 
     .. versionadded:: 1.0
+    """
+
+
+# -------------------------------------------------------------------------
+# The machine's fitness to measure
+# -------------------------------------------------------------------------
+
+
+@hookspec
+def d5_thread_settings() -> Mapping[str, str] | None:
+    """Report the sizes of a framework's own thread pools, as they are set now.
+
+    Called whenever d5 records whether the machine was fit to measure (before and after
+    ``d5 bench``, by :func:`d5core.measure.fitness.snapshot`); the settings are stored
+    with the run beside the thread environment variables (``OMP_NUM_THREADS``, ...),
+    which d5 reads itself.
+
+    Implementations must not import their framework to answer: report only what a
+    framework already imported by the process says (``sys.modules.get("torch")``), and
+    return ``None`` otherwise.
+
+    :return: a mapping from a setting's name (``"torch.get_num_threads()"``) to its
+        value as text, or ``None``.
+
+    Not firstresult: every framework's settings are recorded side by side.
+
+    .. versionadded:: 1.1
     """

@@ -9,8 +9,9 @@
 - the frequency governor of each CPU and the turbo (boost) state, where Linux exposes
   them (``/sys/devices/system/cpu``);
 - memory pressure (``/proc/pressure/memory``) and available memory (``/proc/meminfo``);
-- the thread settings of the usual thread pools (environment variables, and torch's
-  setting when torch is already imported: it is never imported here).
+- the thread settings of the usual thread pools (environment variables, and what the
+  framework plugins report through ``d5_thread_settings``: a framework is never
+  imported for it).
 
 Every item that cannot be read is recorded in :attr:`MachineState.unavailable` with the
 reason, never guessed. :func:`assess` turns a pair of snapshots into one-line warnings.
@@ -20,7 +21,6 @@ reason, never guessed. :func:`assess` turns a pair of snapshots into one-line wa
 from __future__ import annotations
 
 import os
-import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -220,11 +220,14 @@ def _memory_available(root: Path) -> float:
 
 
 def _threads(environ: Mapping[str, str]) -> dict[str, str | None]:
+    """The thread environment variables, and the frameworks' own thread pools as their
+    plugins report them (``d5_thread_settings``; a framework not imported reports none)."""
+    from d5core.plugins import get_plugin_manager
+
     threads: dict[str, str | None] = {var: environ.get(var) for var in THREAD_SETTINGS}
-    torch = sys.modules.get("torch")
-    get = getattr(torch, "get_num_threads", None)
-    if callable(get):
-        threads["torch.get_num_threads()"] = str(get())
+    for found in get_plugin_manager().hook.d5_thread_settings():
+        if isinstance(found, Mapping):
+            threads.update({str(k): str(v) for k, v in found.items()})
     return threads
 
 

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from d5core.hookspecs import PROJECT
+from d5core.plugins.validation import marked_hooks
 
 __all__ = ["HookOutcome", "Recording", "guarded", "recording"]
 
@@ -111,18 +112,6 @@ class _Guarded:
         return f"<d5 plugin {self._d5_name!r}: {self._d5_plugin!r}>"
 
 
-def _marked(plugin: object) -> Iterator[tuple[str, Callable[..., Any], dict[str, Any]]]:
-    """(attribute, function, hookimpl options) of every ``@hookimpl`` of ``plugin``."""
-    for attr in dir(plugin):
-        try:
-            value = getattr(plugin, attr)
-        except Exception:
-            continue
-        opts = getattr(value, _IMPL_ATTR, None)
-        if callable(value) and isinstance(opts, dict):
-            yield attr, value, opts
-
-
 def guarded(
     plugin: object,
     name: str,
@@ -137,7 +126,7 @@ def guarded(
     :param failed: told of every isolated exception.
     """
     proxy = _Guarded(plugin, name)
-    for attr, function, opts in _marked(plugin):
+    for attr, function, opts in marked_hooks(plugin):
         if opts.get("wrapper") or opts.get("hookwrapper"):
             setattr(proxy, attr, function)
             continue

@@ -7,21 +7,20 @@ the plugin, the hook, what is wrong and how to fix it.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pluggy
 
 from d5core.hookspecs import PROJECT
 
-__all__ = ["hook_functions", "hook_problems"]
+__all__ = ["hook_functions", "hook_problems", "marked_hooks"]
 
 _IMPL_ATTR = f"{PROJECT}_impl"
 
 
-def hook_functions(plugin: object) -> dict[str, Callable[..., Any]]:
-    """The functions of ``plugin`` marked with ``@hookimpl``, by hook name."""
-    found: dict[str, Callable[..., Any]] = {}
+def marked_hooks(plugin: object) -> Iterator[tuple[str, Callable[..., Any], dict[str, Any]]]:
+    """(attribute, function, hookimpl options) of every ``@hookimpl`` of ``plugin``."""
     for attr in dir(plugin):
         try:
             value = getattr(plugin, attr)
@@ -29,8 +28,12 @@ def hook_functions(plugin: object) -> dict[str, Callable[..., Any]]:
             continue
         opts = getattr(value, _IMPL_ATTR, None)
         if callable(value) and isinstance(opts, dict):
-            found[opts.get("specname") or attr] = value
-    return found
+            yield attr, value, opts
+
+
+def hook_functions(plugin: object) -> dict[str, Callable[..., Any]]:
+    """The functions of ``plugin`` marked with ``@hookimpl``, by hook name."""
+    return {opts.get("specname") or attr: value for attr, value, opts in marked_hooks(plugin)}
 
 
 def _argnames(func: Callable[..., Any]) -> list[str]:

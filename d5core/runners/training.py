@@ -309,12 +309,13 @@ def launch_ranks(
     rank_argv: Callable[[int, Path], list[str]],
     metrics: Sequence[str] = (),
 ) -> None:
-    """Check everything, begin the run, launch ``ranks`` ranks under mpiexec and watch them.
+    """Check everything, begin the run, launch ``ranks`` ranks under the communication
+    plugin's launcher and watch them.
 
     ``rank_argv(seed, db)`` gives the ``d5`` arguments each rank runs, with the seed the
     recipe resolved and the absolute database path. The ranks' standard output is passed
     through. Bad options end with exit 2 before anything is stored. SIGINT, SIGTERM and
-    SIGHUP stop mpiexec and every rank, mark the run interrupted and end with
+    SIGHUP stop the launcher and every rank, mark the run interrupted and end with
     :class:`~d5core.training.distributed.RunInterrupted`.
     """
     from d5core.results.paths import resolve_db_path
@@ -360,7 +361,9 @@ def launch_ranks(
             raise
         stopped = None
         if outcome.signum is not None:
-            what = f"interrupted by {stop.name}; mpiexec and its {ranks} ranks were stopped"
+            what = (
+                f"interrupted by {stop.name}; {outcome.launcher} and its {ranks} ranks were stopped"
+            )
             status = finish(run_id, "interrupted", what)
             stopped = RunInterrupted(outcome.signum, f"{what} (run {run_id}: {status})")
     if stopped is not None:

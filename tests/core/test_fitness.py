@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from d5core.hookspecs import hookimpl
 from d5core.measure.fitness import MachineState, assess, snapshot
 from d5core.measure.standard_jobs import spin
 
@@ -203,3 +204,30 @@ def test_a_cpu_burning_process_beside_a_measurement_yields_a_warning(burner) -> 
     spin(1.0)()  # the measurement: one core busy for a second
     warnings = assess(before, snapshot())
     assert any("other processes used" in w for w in warnings), warnings
+
+
+class _Framework:
+    """A framework plugin whose framework is imported: it reports its pool."""
+
+    @hookimpl
+    def d5_thread_settings(self) -> dict[str, str]:
+        return {"fakeframework.threads": "3"}
+
+
+class _IdleFramework:
+    """A framework plugin whose framework was never imported: it reports nothing."""
+
+    @hookimpl
+    def d5_thread_settings(self) -> None:
+        return None
+
+
+def test_framework_thread_pools_come_from_the_plugins_that_report_them(
+    tmp_path, d5_plugin_manager
+) -> None:
+    d5_plugin_manager.register(_Framework(), "fw")
+    d5_plugin_manager.register(_IdleFramework(), "idle")
+    s = take(fake_tree(tmp_path), {"OMP_NUM_THREADS": "2"})
+    assert s.threads["fakeframework.threads"] == "3"
+    assert s.threads["OMP_NUM_THREADS"] == "2"
+    assert MachineState.from_json(s.to_json()) == s

@@ -87,6 +87,9 @@ class _Executor:
     def to_native(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         return dict(feeds)
 
+    def native_parameters(self) -> dict[str, np.ndarray]:
+        return {"w": self.w}
+
     def native_train_step(
         self, feeds: dict[str, np.ndarray], loss: str
     ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:

@@ -36,6 +36,7 @@ from d5_plugin_torch.ops.normalization import reference_mask
 from d5core.api import (
     GRAPH_NODE,
     GraphExecutor,
+    NativeTraining,
     Network,
     UsageError,
     constant_value,
@@ -597,8 +598,12 @@ class _Step:
     outputs: list[str]
 
 
-class TorchExecutor(GraphExecutor):
+class TorchExecutor(GraphExecutor, NativeTraining):
     """Runs an ONNX network with PyTorch, translated once into native torch calls.
+
+    It offers d5's native training path (:class:`d5core.api.NativeTraining`, with the
+    optional ``native_correct_counter`` and ``apply_running_stats``), so that the
+    ``torch-*`` optimizers train its tensors in place.
 
     :param network: a ``d5core.api.Network`` or an ``onnx.ModelProto``.
     :param device: ``"cpu"`` (the default) or a CUDA device.

@@ -20,7 +20,7 @@ use loads into the other.
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -62,8 +62,9 @@ class TorchOptimizer(Optimizer):
     """A ``torch.optim`` optimizer under d5's interface; subclasses pick the class."""
 
     native: ClassVar[str | None] = "torch"
-    #: The wrapped ``torch.optim`` class.
-    optim_class: ClassVar[type[torch.optim.Optimizer]] = torch.optim.SGD
+    #: The wrapped ``torch.optim`` class, built as ``optim_class(params, lr=..., **options)``
+    #: (a factory of that shape: the base class ``torch.optim.Optimizer`` takes no ``lr``).
+    optim_class: ClassVar[Callable[..., torch.optim.Optimizer]] = torch.optim.SGD
 
     def __init__(self, lr: float = 0.01, **hyper: float) -> None:
         super().__init__(lr, **hyper)
@@ -236,7 +237,7 @@ class TorchAdam(TorchOptimizer):
     """``torch.optim.Adam``."""
 
     name: ClassVar[str] = "torch-adam"
-    optim_class: ClassVar[type[torch.optim.Optimizer]] = torch.optim.Adam
+    optim_class: ClassVar[Callable[..., torch.optim.Optimizer]] = torch.optim.Adam
     defaults: ClassVar[dict[str, float]] = {"beta1": 0.9, "beta2": 0.999, "eps": 1e-8}
 
     def __init__(self, lr: float = 1e-3, **hyper: float) -> None:
@@ -251,7 +252,7 @@ class TorchAdamW(TorchAdam):
     """``torch.optim.AdamW`` (decoupled weight decay)."""
 
     name: ClassVar[str] = "torch-adamw"
-    optim_class: ClassVar[type[torch.optim.Optimizer]] = torch.optim.AdamW
+    optim_class: ClassVar[Callable[..., torch.optim.Optimizer]] = torch.optim.AdamW
     defaults: ClassVar[dict[str, float]] = {**TorchAdam.defaults, "weight_decay": 0.01}
 
     def optim_options(self) -> dict[str, Any]:
@@ -262,7 +263,7 @@ class TorchAdagrad(TorchOptimizer):
     """``torch.optim.Adagrad``."""
 
     name: ClassVar[str] = "torch-adagrad"
-    optim_class: ClassVar[type[torch.optim.Optimizer]] = torch.optim.Adagrad
+    optim_class: ClassVar[Callable[..., torch.optim.Optimizer]] = torch.optim.Adagrad
     defaults: ClassVar[dict[str, float]] = {"eps": 1e-10, "initial_accumulator": 0.0}
 
     def optim_options(self) -> dict[str, Any]:
@@ -274,7 +275,7 @@ class TorchRMSprop(TorchOptimizer):
     """``torch.optim.RMSprop``."""
 
     name: ClassVar[str] = "torch-rmsprop"
-    optim_class: ClassVar[type[torch.optim.Optimizer]] = torch.optim.RMSprop
+    optim_class: ClassVar[Callable[..., torch.optim.Optimizer]] = torch.optim.RMSprop
     defaults: ClassVar[dict[str, float]] = {
         "alpha": 0.99,
         "eps": 1e-8,

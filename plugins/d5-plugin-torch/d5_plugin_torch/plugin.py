@@ -30,7 +30,8 @@ def d5_environment_info() -> Mapping[str, Any]:
         "num_threads": torch.get_num_threads(),
         "num_interop_threads": torch.get_num_interop_threads(),
         "cuda_available": torch.cuda.is_available(),
-        "mkldnn": torch.backends.mkldnn.is_available(),
+        # torch.backends.mkldnn.is_available has no annotations (torch 2.13)
+        "mkldnn": torch.backends.mkldnn.is_available(),  # type: ignore[no-untyped-call]
     }
     if torch.cuda.is_available():
         info["cuda"] = torch.version.cuda
@@ -60,6 +61,17 @@ def d5_memory_reset_peak(device: str) -> None:
     torch = _torch_if_loaded()
     if torch is not None and device.startswith("cuda"):
         torch.cuda.reset_peak_memory_stats(device)
+
+
+@hookimpl
+def d5_thread_settings() -> Mapping[str, str] | None:
+    torch = _torch_if_loaded()
+    if torch is None:
+        return None
+    return {
+        "torch.get_num_threads()": str(torch.get_num_threads()),
+        "torch.get_num_interop_threads()": str(torch.get_num_interop_threads()),
+    }
 
 
 @hookimpl

@@ -68,3 +68,18 @@ def test_bound_torch_optimizer_steps_native_grads(setup) -> None:
     after = ex.get_parameters()
     for k, v in expected.items():
         np.testing.assert_allclose(after[k], v, rtol=1e-6, atol=1e-7)
+
+
+def test_the_executor_declares_the_native_training_protocol(setup) -> None:
+    from d5_plugin_torch.optimizers import TorchSGD
+
+    from d5core.api import CorrectCounter, NativeTraining, get_plugin_manager
+    from d5core.training.trainer import native_capable
+
+    ex, _, _ = setup
+    assert isinstance(ex, NativeTraining)
+    assert isinstance(ex.native_correct_counter(), CorrectCounter)
+    assert native_capable(ex, TorchSGD(lr=0.1))
+    # the reference executor trains on numpy arrays only: no native path for it
+    reference = get_plugin_manager().load("d5.frameworks", "numpy")(ex.network)
+    assert not isinstance(reference, NativeTraining)
