@@ -46,7 +46,7 @@ def d5_detect_launcher(environ: Mapping[str, str]) -> Mapping[str, int | str] | 
 @hookimpl
 def d5_environment_info() -> Mapping[str, Any]:
     versions: dict[str, str | None] = {}
-    for name in ("numpy", "scipy", "pluggy", "stevedore"):
+    for name in ("numpy", "scipy", "pluggy"):
         try:
             versions[name] = md.version(name)
         except md.PackageNotFoundError:

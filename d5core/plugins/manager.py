@@ -410,6 +410,7 @@ class PluginManager:
         self.records = catalog.records
         self._eps = catalog.entry_points
         dist_problem: dict[str, tuple[Status, str]] = {}
+        checked: set[str] = set()  # distributions whose requirements were read (once each)
         for rec in self.records:
             key = canonicalize_name(rec.distribution)
             if key != _CORE_DISTRIBUTION:
@@ -417,7 +418,8 @@ class PluginManager:
                 if off:
                     rec.status, rec.error = Status.DISABLED, off
                     continue
-            if key not in dist_problem:
+            if key not in checked:
+                checked.add(key)
                 dist = catalog.distributions.get(key)
                 unmet = unmet_requirement(dist) if dist is not None else None
                 if unmet:
