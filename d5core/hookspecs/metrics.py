@@ -109,7 +109,7 @@ def d5_thread_settings() -> Mapping[str, str] | None:
     which d5 reads itself.
 
     Implementations must not import their framework to answer: report only what a
-    framework already imported by the process says (``sys.modules.get("torch")``), and
+    framework already imported by the process says (look it up in ``sys.modules``), and
     return ``None`` otherwise.
 
     :return: a mapping from a setting's name (``"torch.get_num_threads()"``) to its

@@ -187,13 +187,18 @@ class RunClock:
         return clock
 
     def begin(self, **payload: Any) -> None:
-        """Attach the metrics and the plugins (``d5_bus_subscribe``, once per bus),
-        publish ``run.start`` with ``payload`` and take the time."""
+        """Attach the metrics and the plugins (``d5_bus_subscribe``, once per bus), take
+        the time, then publish ``run.start`` with ``payload``.
+
+        The time is taken first: ``run.start`` (where time to accuracy starts) is then
+        never earlier than the start of the run's wall time, so time to accuracy never
+        exceeds the wall time, whatever the subscribers of ``run.start`` take.
+        """
         for metric in self.metrics:
             metric.attach(self.bus)
         attach_plugins(self.bus)
-        self.bus.publish(RUN_START, level=_LEVEL, **payload)
         self.t0, self.started = time.perf_counter(), True
+        self.bus.publish(RUN_START, level=_LEVEL, **payload)
 
     def stop(self) -> None:
         """Detach the metrics (a run that ended, or one that never trains)."""

@@ -184,6 +184,32 @@ def test_time_to_accuracy_counts_the_dataset_loading(monkeypatch):
     assert result.wall_s >= result.time_to_accuracy
 
 
+def test_time_to_accuracy_never_exceeds_the_wall_time_when_run_start_is_slow_to_deliver():
+    import time
+
+    from d5core.hookspecs import hookimpl
+    from d5core.plugins import get_plugin_manager
+    from d5core.training.assembly import prepare
+    from d5core.training.trainer import RUN_START
+
+    class SlowListener:
+        """Subscribes to ``run.start`` a callback that takes 0.2 s."""
+
+        @hookimpl
+        def d5_bus_subscribe(self, bus: Any) -> None:
+            bus.subscribe(RUN_START, lambda _event: time.sleep(0.2))
+
+    manager = get_plugin_manager()
+    listener = SlowListener()
+    manager.pluggy_manager.register(listener, "slow-listener")
+    try:
+        result = prepare(RECIPE, [], 0).trainer.run()
+    finally:
+        manager.pluggy_manager.unregister(listener)
+    assert result.time_to_accuracy is not None
+    assert result.wall_s >= result.time_to_accuracy
+
+
 # -- item 16: runs are stored while they go, the store is checked first ---------------------
 
 

@@ -20,7 +20,7 @@ use loads into the other.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -88,24 +88,24 @@ class TorchOptimizer(Optimizer):
         """Step the bound tensors with autograd's gradients (``None`` counts as zeros)."""
         if not self._bound:
             raise UsageError(f"optimizer {self.name!r}: call bind(executor) before native_step")
-        names = list(self._tensors)
-        if isinstance(native_grads, Mapping):
-            pairs = list(native_grads.items())
+        tensors = self._tensors
+        if type(native_grads) is dict or isinstance(native_grads, Mapping):
+            pairs: Iterable[tuple[str, Any]] = native_grads.items()
         elif isinstance(native_grads, Sequence):
-            if len(native_grads) != len(names):
+            if len(native_grads) != len(tensors):
                 raise UsageError(
                     f"optimizer {self.name!r}: {len(native_grads)} gradients for "
-                    f"{len(names)} bound parameters"
+                    f"{len(tensors)} bound parameters"
                 )
-            pairs = list(zip(names, native_grads, strict=True))
+            pairs = zip(tensors, native_grads, strict=True)
         else:
             raise UsageError(
                 f"optimizer {self.name!r}: native gradients must be a mapping or a sequence"
             )
         for name, grad in pairs:
-            if name not in self._tensors:
+            t = tensors.get(name)
+            if t is None:
                 raise UsageError(f"optimizer {self.name!r}: gradient {name!r} has no parameter")
-            t = self._tensors[name]
             if grad is None:
                 grad = torch.zeros_like(t)
             elif grad.requires_grad:  # autograd's own gradients need no detaching (µs each)
