@@ -121,8 +121,8 @@ class Side:
 class EpochClock(Metric):
     """Wall time of each epoch, from the delivery of ``train.epoch.begin`` to the end of
     the delivery of ``train.epoch.end``: attached after the default metrics, it counts
-    what they do at the end of an epoch too (the training accuracy, the steps the step
-    feed still held), not only the epoch span."""
+    what they do at the end of an epoch too (the training accuracy read once per
+    epoch), not only the epoch span."""
 
     name: ClassVar[str] = "epoch_clock"
 

@@ -139,7 +139,7 @@ def _int_or(value: Any, default: int) -> int:
 
 
 class Progress:
-    """Where training is: completed steps and epochs, followed on the bus.
+    """Where training is: completed steps and epochs, as a :class:`StepFeed` counts them.
 
     Payloads that carry ``step`` or ``epoch`` are believed; otherwise steps and epochs
     are numbered from 0 in the order their events arrive.
@@ -150,27 +150,6 @@ class Progress:
         self.epochs_done = 0
         self.step: int | None = None
         self.epoch = 0
-
-    def attach(
-        self,
-        metric: Metric,
-        bus: Any,
-        on_step: Callable[[Any, int, int], None] | None = None,
-    ) -> None:
-        """Follow steps and epochs on ``bus`` through ``metric``'s guarded subscriptions.
-
-        :param on_step: called with each finished step's event, step and epoch.
-        """
-
-        def step_done(event: Any) -> None:
-            step, epoch = self.on_step(event)
-            if on_step is not None:
-                on_step(event, step, epoch)
-
-        for name in completion_events(TRAIN_STEP):
-            metric.listen(bus, name, step_done)
-        for name in completion_events(TRAIN_EPOCH):
-            metric.listen(bus, name, self.on_epoch)
 
     def on_step(self, event: Any) -> tuple[int, int]:
         """Count a finished step; return its ``(step, epoch)``."""

@@ -9,14 +9,13 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from qa_plugin import add_qa_plugin
 
 from d5core.errors import UsageError
 from d5core.metrics.selection import value_of
 from d5core.runners.training import metric_values
 from d5core.training.assembly import run_metrics
 from d5core.training.recipes import check_thresholds, load_recipe
-
-FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "metric_plugin"
 
 RECIPE = """
 [fixed]
@@ -39,18 +38,7 @@ final_test_accuracy = { min = 0.5 }
 @pytest.fixture
 def qa_site(d5_site):
     """``d5-plugin-qa`` installed: it offers the metric ``qa_step_count``."""
-    d5_site.add(
-        "d5-plugin-qa",
-        entry_points={
-            "d5.hooks": {"qa": "d5_qa_metrics"},
-            "d5.metrics": {
-                "qa_step_count": "d5_qa_metrics:QAStepCount",
-                "qa_misnamed": "d5_qa_metrics:QAStepCount",
-            },
-        },
-        modules={"d5_qa_metrics.py": (FIXTURE / "d5_qa_metrics.py").read_text()},
-    )
-    return d5_site
+    return add_qa_plugin(d5_site, {"qa_step_count": "QAStepCount", "qa_misnamed": "QAStepCount"})
 
 
 def _recipe(tmp_path: Path, metrics: str = "", name: str = "r.toml") -> Path:

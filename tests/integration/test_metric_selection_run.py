@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 from json_schema_doc import check
+from qa_plugin import add_qa_plugin
 
 from d5core.results.store import ResultsStore
 
 ROOT = Path(__file__).resolve().parents[2]
-FIXTURE = ROOT / "tests" / "fixtures" / "metric_plugin"
 DIGITS = (ROOT / "recipes" / "digits-mlp.toml").read_text()
 METRICS_DOC = ROOT / "docs" / "metrics.md"
 
@@ -27,18 +27,7 @@ METRICS_DOC = ROOT / "docs" / "metrics.md"
 @pytest.fixture
 def qa_site(d5_site):
     """``d5-plugin-qa`` installed: it offers ``qa_step_count`` and ``qa_event_log``."""
-    d5_site.add(
-        "d5-plugin-qa",
-        entry_points={
-            "d5.hooks": {"qa": "d5_qa_metrics"},
-            "d5.metrics": {
-                "qa_step_count": "d5_qa_metrics:QAStepCount",
-                "qa_event_log": "d5_qa_metrics:QAEventLog",
-            },
-        },
-        modules={"d5_qa_metrics.py": (FIXTURE / "d5_qa_metrics.py").read_text()},
-    )
-    return d5_site
+    return add_qa_plugin(d5_site, {"qa_step_count": "QAStepCount", "qa_event_log": "QAEventLog"})
 
 
 def _recipe(tmp_path: Path, metrics: str = "") -> Path:
