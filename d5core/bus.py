@@ -312,6 +312,11 @@ class MetricBus:
                 found = self._shared.setdefault(key, made)
         return found  # type: ignore[no-any-return]
 
+    def listeners(self, name: str) -> tuple[Callback, ...]:
+        """The callbacks an event named ``name`` is delivered to, in delivery order
+        (those of ``subscribe_all`` included)."""
+        return self._routes.get(name, self._all)
+
     def wants(self, name: str) -> bool:
         """Whether anybody listens to ``name`` (to skip building an expensive payload)."""
         return bool(self._routes.get(name, self._all))

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeGuard
 
-from d5core.bus import TRAIN_EPOCH, TRAIN_STEP
+from d5core.bus import BEGIN, END, TRAIN_EPOCH, TRAIN_STEP
 from d5core.levels.metrics import Metric, MetricResult
 
 #: What a metric hands the step feed: called with a finished event, its step and epoch.
@@ -15,8 +16,11 @@ StepHandler = Callable[[Any, int, int], None]
 __all__ = [
     "RUN_END",
     "RUN_START",
+    "BlockHandler",
     "Progress",
+    "StepBlock",
     "StepFeed",
+    "StepHandler",
     "accuracy_of",
     "batch_size_of",
     "block_size_of",
@@ -138,6 +142,34 @@ def _int_or(value: Any, default: int) -> int:
     return int(value) if _is_number(value) and math.isfinite(value) else default
 
 
+@dataclass(frozen=True, slots=True)
+class StepBlock:
+    """Finished training steps of one epoch, handed to the :class:`StepFeed` together.
+
+    Column by column, what the ``train.step.end`` events of these steps would have
+    carried: step ``first_step + i`` of ``epoch`` trained ``batch_sizes[i]`` samples at
+    learning rate ``lrs[i]`` in ``seconds[i]``, to a loss of ``losses[i]``. ``correct``
+    holds each step's correct predictions when they were counted on the host, and is
+    ``None`` when nobody counted them per step (the trainer's device counter reports
+    them with the end of the epoch instead).
+    """
+
+    epoch: int
+    first_step: int
+    batch_sizes: Sequence[int]
+    losses: Sequence[float]
+    seconds: Sequence[float]
+    lrs: Sequence[float]
+    correct: Sequence[int] | None = None
+
+    def __len__(self) -> int:
+        return len(self.losses)
+
+
+#: What a metric hands the step feed to read a :class:`StepBlock` at once.
+BlockHandler = Callable[[StepBlock], None]
+
+
 class Progress:
     """Where training is: completed steps and epochs, as a :class:`StepFeed` counts them.
 
@@ -189,6 +221,15 @@ class StepFeed:
     handler and costs nothing per step. A handler that raises is isolated as with
     :meth:`Metric.listen`: the failure is recorded in that metric's ``problems``.
 
+    **Blocks.** A member that also gives ``on_steps`` can read many steps at once, as a
+    :class:`StepBlock`. When the feed alone listens to the steps and every member that
+    reads them reads blocks (:meth:`takes_blocks`), a publisher may hand the feed the
+    finished steps of an epoch in blocks (:meth:`deliver`) instead of publishing one
+    ``train.step`` span per step: the trainer does so, and delivers the block before any
+    test pass and before the end of the epoch, so members see the same steps in the same
+    order as from the events. Any other listener of ``train.step`` (a plugin's metric, a
+    tracer) makes the trainer publish every step again.
+
     :attr:`progress` counts the steps and epochs seen since the feed was first joined
     on its bus (payloads with ``step`` and ``epoch``, as the trainer's, are believed).
     """
@@ -199,9 +240,13 @@ class StepFeed:
     def __init__(self, bus: Any) -> None:
         self.bus = bus
         self.progress = Progress()
-        self._members: list[tuple[object, Metric, StepHandler | None, StepHandler | None]] = []
+        self._members: list[
+            tuple[object, Metric, StepHandler | None, StepHandler | None, BlockHandler | None]
+        ] = []
         self._on_steps: tuple[tuple[Metric, StepHandler], ...] = ()
         self._on_epochs: tuple[tuple[Metric, StepHandler], ...] = ()
+        self._on_blocks: tuple[tuple[Metric, BlockHandler], ...] = ()
+        self._all_read_blocks = True
         self._unsubscribe: list[Callable[[], None]] = []
 
     @classmethod
@@ -215,16 +260,21 @@ class StepFeed:
         metric: Metric,
         on_step: StepHandler | None = None,
         on_epoch: StepHandler | None = None,
+        on_steps: BlockHandler | None = None,
     ) -> Progress:
         """Add ``metric``; its :meth:`~Metric.detach` takes it out again.
 
         :param on_step: called with each finished step's event, step and epoch.
         :param on_epoch: called with each finished epoch's event, the last step and
             the epoch, after :attr:`progress` counted it.
+        :param on_steps: called with a :class:`StepBlock` of finished steps, in place of
+            ``on_step`` for those steps; it must record them exactly as ``on_step``
+            would. A metric with ``on_step`` and without ``on_steps`` makes every step
+            be published as an event.
         :return: the shared :attr:`progress`.
         """
         token = object()
-        self._members.append((token, metric, on_step, on_epoch))
+        self._members.append((token, metric, on_step, on_epoch, on_steps))
         self._rebuild()
         if not self._unsubscribe:
             for name in completion_events(TRAIN_STEP):
@@ -243,8 +293,45 @@ class StepFeed:
                 undo()
 
     def _rebuild(self) -> None:
-        self._on_steps = tuple((m, f) for _, m, f, _ in self._members if f is not None)
-        self._on_epochs = tuple((m, f) for _, m, _, f in self._members if f is not None)
+        members = self._members
+        self._on_steps = tuple((m, f) for _, m, f, _, _ in members if f is not None)
+        self._on_epochs = tuple((m, f) for _, m, _, f, _ in members if f is not None)
+        self._on_blocks = tuple((m, b) for _, m, _, _, b in members if b is not None)
+        self._all_read_blocks = all(b is not None for _, _, f, _, b in members if f is not None)
+
+    def takes_blocks(self) -> bool:
+        """Whether finished steps may be handed over in blocks (:meth:`deliver`).
+
+        True when the feed is subscribed, it alone listens to the completions of
+        ``train.step``, nobody listens to ``train.step.begin`` and every member that
+        reads steps reads blocks. Subscriptions change the answer: a publisher asks
+        again at each epoch.
+        """
+        if not self._unsubscribe or not self._all_read_blocks:
+            return False
+        bus, mine = self.bus, (self._on_step,)
+        return (
+            not bus.listeners(TRAIN_STEP + BEGIN)
+            and bus.listeners(TRAIN_STEP + END) == mine
+            and bus.listeners(TRAIN_STEP) in (mine, ())
+        )
+
+    def deliver(self, block: StepBlock) -> None:
+        """Hand the members ``block``, finished steps not published as events.
+
+        :attr:`progress` moves to the block's last step first.
+        """
+        n = len(block)
+        if not n:
+            return
+        progress = self.progress
+        progress.step, progress.epoch = block.first_step + n - 1, block.epoch
+        progress.steps_done += n
+        for metric, handler in self._on_blocks:
+            try:
+                handler(block)
+            except Exception as exc:
+                _record(metric, TRAIN_STEP + END, exc)
 
     def _on_step(self, event: Any) -> None:
         step, epoch = self.progress.on_step(event)
@@ -252,7 +339,7 @@ class StepFeed:
             try:
                 handler(event, step, epoch)
             except Exception as exc:
-                _record(metric, event, exc)
+                _record(metric, getattr(event, "name", "?"), exc)
 
     def _on_epoch(self, event: Any) -> None:
         progress = self.progress
@@ -261,11 +348,11 @@ class StepFeed:
             try:
                 handler(event, progress.step if progress.step is not None else -1, progress.epoch)
             except Exception as exc:
-                _record(metric, event, exc)
+                _record(metric, getattr(event, "name", "?"), exc)
 
 
-def _record(metric: Metric, event: Any, exc: Exception) -> None:
+def _record(metric: Metric, event: str, exc: Exception) -> None:
     """Record a failed handler in ``metric``'s problems, as :meth:`Metric.listen` does."""
-    message = f"handling {getattr(event, 'name', '?')!r} raised {one_line(exc)}"
+    message = f"handling {event!r} raised {one_line(exc)}"
     if message not in metric.problems:
         metric.problems.append(message)

@@ -11,6 +11,7 @@ from d5core.levels.metrics import Metric, MetricResult
 from d5core.metrics._common import (
     RUN_START,
     Progress,
+    StepBlock,
     StepFeed,
     accuracy_of,
     completion_events,
@@ -53,7 +54,8 @@ class TrainingAccuracy(Metric):
         self._pending: dict[int, int] = {}
 
     def attach(self, bus: Any) -> None:
-        self.progress = StepFeed.of(bus).join(self, self._on_step, self._on_epoch)
+        feed = StepFeed.of(bus)
+        self.progress = feed.join(self, self._on_step, self._on_epoch, self._on_steps)
 
     def _on_step(self, event: Any, _step: int, epoch: int) -> None:
         payload = payload_of(event)
@@ -67,6 +69,22 @@ class TrainingAccuracy(Metric):
         tally[0] += accuracy * weight
         tally[1] += weight
         tally[2] += 1
+
+    def _on_steps(self, block: StepBlock) -> None:
+        """Steps of one epoch: pooled as their events would be (``correct``/``count``)."""
+        epoch = block.epoch
+        if block.correct is None:  # counted for the whole epoch, or not at all
+            self._pending[epoch] = self._pending.get(epoch, 0) + len(block)
+            return
+        tally = self.epochs.setdefault(epoch, [0.0, 0.0, 0])
+        for correct, count in zip(block.correct, block.batch_sizes, strict=True):
+            if count > 0:  # weighted as accuracy_of weighs an event: correct / count * count
+                weight = float(count)
+                tally[0] += float(correct) / weight * weight
+                tally[1] += weight
+                tally[2] += 1
+            else:
+                self._pending[epoch] = self._pending.get(epoch, 0) + 1
 
     def _on_epoch(self, event: Any, _step: int, epoch: int) -> None:
         """The epoch's ``correct`` and ``count`` cover its steps that had no accuracy."""

@@ -9,6 +9,7 @@ from d5core.bus import TEST_PASS
 from d5core.levels.metrics import Metric, MetricResult
 from d5core.metrics._common import (
     Progress,
+    StepBlock,
     StepFeed,
     accuracy_of,
     completion_events,
@@ -52,7 +53,7 @@ class LossCurve(Metric):
         self.steps_without_loss = 0
 
     def attach(self, bus: Any) -> None:
-        self.progress = StepFeed.of(bus).join(self, self._on_step)
+        self.progress = StepFeed.of(bus).join(self, self._on_step, on_steps=self._on_steps)
         for name in completion_events(TEST_PASS):
             self.listen(bus, name, self._on_test)
 
@@ -75,6 +76,17 @@ class LossCurve(Metric):
         self.curve.append((step, epoch, loss))
         if not math.isfinite(loss):
             self._diverged("train", step, epoch, loss)
+
+    def _on_steps(self, block: StepBlock) -> None:
+        epoch, curve = block.epoch, self.curve
+        for step, value in enumerate(block.losses, block.first_step):
+            loss = value if type(value) is float else _as_float(value)
+            if loss is None:
+                self.steps_without_loss += 1
+                continue
+            curve.append((step, epoch, loss))
+            if not math.isfinite(loss):
+                self._diverged("train", step, epoch, loss)
 
     def _on_test(self, event: Any) -> None:
         payload = payload_of(event)

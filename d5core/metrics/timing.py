@@ -11,6 +11,7 @@ from d5core.bus import TRAIN_STEP
 from d5core.levels.metrics import Metric, MetricResult
 from d5core.measure.stats import harmonic_mean, summarize
 from d5core.metrics._common import (
+    StepBlock,
     StepFeed,
     batch_size_of,
     block_size_of,
@@ -33,11 +34,18 @@ def _summary(samples: Sequence[float]) -> dict[str, Any] | str:
     return summary
 
 
-def _attach(metric: Metric, bus: Any, event: str, on_event: Callable[..., None]) -> None:
+def _attach(
+    metric: Metric,
+    bus: Any,
+    event: str,
+    on_event: Callable[..., None],
+    on_steps: Callable[[StepBlock], None] | None = None,
+) -> None:
     """Subscribe ``on_event`` to the completions of ``event``: through the shared step
-    feed for ``train.step`` (one subscriber for every per-step metric), else directly."""
+    feed for ``train.step`` (one subscriber for every per-step metric, ``on_steps``
+    reading its blocks when not ``None``), else directly."""
     if event == TRAIN_STEP:
-        StepFeed.of(bus).join(metric, on_event)
+        StepFeed.of(bus).join(metric, on_event, on_steps=on_steps)
         return
     for name in completion_events(event):
         metric.listen(bus, name, on_event)
@@ -59,7 +67,15 @@ class _Durations(Metric):
         self.without_duration = 0
 
     def attach(self, bus: Any) -> None:
-        _attach(self, bus, self.event, self._on_event)
+        # a block has no payload to match ``where`` against: such a metric reads events
+        _attach(self, bus, self.event, self._on_event, None if self.where else self._on_steps)
+
+    def _on_steps(self, block: StepBlock) -> None:
+        for seconds in block.seconds:
+            if self.skipped_warmup < self.warmup:
+                self.skipped_warmup += 1
+            else:
+                self.samples.append(seconds)
 
     def _on_event(self, event: Any, _step: int = 0, _epoch: int = 0) -> None:
         payload = payload_of(event)
@@ -199,7 +215,19 @@ class Throughput(Metric):
         self.incomplete = 0
 
     def attach(self, bus: Any) -> None:
-        _attach(self, bus, self.event, self._on_event)
+        # A block has each step's batch size but no payload to match ``where`` against
+        # or to read another batch key from: such a metric reads events.
+        blocks = not self.where and self.batch_key in (None, "batch_size", "count")
+        _attach(self, bus, self.event, self._on_event, self._on_steps if blocks else None)
+
+    def _on_steps(self, block: StepBlock) -> None:
+        for size, seconds in zip(block.batch_sizes, block.seconds, strict=True):
+            if seconds <= 0 or size < 0:
+                self.incomplete += 1
+            elif self.skipped_warmup < self.warmup:
+                self.skipped_warmup += 1
+            else:
+                self.steps.append((float(size), seconds))
 
     def _on_event(self, event: Any, _step: int = 0, _epoch: int = 0) -> None:
         payload = payload_of(event)

@@ -5,7 +5,11 @@ executor's forward and backward pass, lets the optimizer update the arrays in pl
 hands them back to the executor. Everything it does is published on the metric bus
 (``run.start``, ``train.step``, ``train.epoch``, ``test.pass``) and measured by the
 ``d5.metrics`` metrics subscribed to it, so the trainer's own bookkeeping and a
-plugin's metric read the same events.
+plugin's metric read the same events. One exception keeps steps cheap: while the
+built-in metrics' shared step feed alone listens to ``train.step``, the steps are handed
+to it in blocks (:class:`~d5core.metrics._common.StepBlock`) before each test pass and
+each epoch's end, instead of one event per step; anything else that listens to
+``train.step`` gets every step as an event.
 
 When the optimizer is native to the executor's framework (``optimizer.native ==
 executor.name``, the executor is a :class:`~d5core.levels.training.NativeTraining`) and
@@ -36,6 +40,7 @@ import numpy as np
 from d5core.bus import END, TEST_PASS, TRAIN_EPOCH, TRAIN_STEP, MetricBus, attach_plugins
 from d5core.errors import UsageError
 from d5core.levels.training import CorrectCounter, NativeTraining
+from d5core.metrics._common import StepBlock, StepFeed
 
 __all__ = [
     "COMPLETE",
@@ -256,6 +261,24 @@ def _first_input(executor: Any) -> str:
     raise UsageError("the executor's network has no data input")
 
 
+@dataclass(slots=True)
+class _Unpublished:
+    """Finished steps of the current epoch not yet handed to the step feed.
+
+    Their losses and times are the run's :class:`Curves` from ``first_index`` on; the
+    columns the curves lack are kept here.
+    """
+
+    feed: StepFeed
+    epoch: int
+    first_step: int
+    first_index: int
+    host_counts: bool
+    batch_sizes: list[int] = field(default_factory=list)
+    lrs: list[float] = field(default_factory=list)
+    correct: list[int] = field(default_factory=list)
+
+
 class Trainer:
     """Trains ``executor`` (a network with a loss) on ``train_set`` with ``optimizer``.
 
@@ -371,6 +394,9 @@ class Trainer:
         self._apply_stats: Callable[[], Any] | None = None
         # The counter while an epoch counts on the device (somebody reads train.epoch).
         self._counting: CorrectCounter | None = None
+        # The steps not yet delivered, while an epoch hands its steps to the step feed
+        # in blocks instead of publishing each (see _deliver_steps); else None.
+        self._unpublished: _Unpublished | None = None
 
     # -- one step and one test pass -------------------------------------------------
 
@@ -385,17 +411,34 @@ class Trainer:
             return self._native_step(indices, step, epoch)
         x, y = self.train_set.batch(np.asarray(indices))
         x = self._transform(x)
+        n = len(y)
         feeds = {self.input: x, "labels": np.asarray(y, dtype=np.int64)}
+        unpublished = self._unpublished
         t0 = time.perf_counter()
-        span = self.bus.span(TRAIN_STEP, level=_LEVEL, batch_size=len(y), step=step, epoch=epoch)
+        if unpublished is None:
+            span = self.bus.span(TRAIN_STEP, level=_LEVEL, batch_size=n, step=step, epoch=epoch)
+            with span as sp:
+                loss, correct, lr = self._numpy_work(feeds, y, step)
+                sp.set(loss=loss, correct=correct, count=n, lr=lr)
+        else:
+            loss, correct, lr = self._numpy_work(feeds, y, step)
+            unpublished.batch_sizes.append(n)
+            unpublished.lrs.append(lr)
+            unpublished.correct.append(correct)
+        return loss, n, time.perf_counter() - t0
+
+    def _numpy_work(
+        self, feeds: dict[str, np.ndarray], y: np.ndarray, step: int
+    ) -> tuple[float, int, float]:
+        """The timed work of a numpy-path step; returns (loss, correct, learning rate)."""
         # overflow is divergence, reported as a result: numpy need not warn about it
-        with span as sp, np.errstate(over="ignore", invalid="ignore"):
+        with np.errstate(over="ignore", invalid="ignore"):
             if self.schedule is not None:
                 self.optimizer.lr = float(self.schedule(step))
+            lr = float(self.optimizer.lr)
             outputs, grads = self.executor.inference_and_backprop(feeds, self.loss)
             loss = float(np.asarray(outputs[self.loss]).reshape(-1)[0])
             correct = int(np.sum(np.argmax(outputs[self.logits], axis=-1) == y))
-            sp.set(loss=loss, correct=correct, count=len(y), lr=float(self.optimizer.lr))
             if math.isfinite(loss):
                 if not self.params:
                     current = self.executor.get_parameters()
@@ -407,7 +450,7 @@ class Trainer:
                 apply = getattr(self.executor, "apply_running_stats", None)
                 if callable(apply):
                     apply()
-        return loss, len(y), time.perf_counter() - t0
+        return loss, correct, lr
 
     def _bind(self) -> None:
         """Bind the optimizer to the executor once; look up the optional native parts."""
@@ -432,35 +475,100 @@ class Trainer:
         if self.transforms is not None:
             x = self._transform(x)
         n = len(y)
-        executor, optimizer = self.executor, self.optimizer
         if not self._bound:
             self._bind()
-        counter = self._counting
+        unpublished = self._unpublished
         t0 = time.perf_counter()
-        span = self.bus.span(TRAIN_STEP, level=_LEVEL, batch_size=n, step=step, epoch=epoch)
-        with span as sp:
-            if self.schedule is not None:
-                optimizer.lr = float(self.schedule(step))
-            feeds = executor.to_native({self.input: x, "labels": np.asarray(y, dtype=np.int64)})
-            outputs, grads = executor.native_train_step(feeds, self.loss)
-            value = outputs[self.loss]
-            try:
-                loss = float(value.item())
-            except (RuntimeError, ValueError):  # a loss of several elements: the first
-                loss = float(value.reshape(-1)[0].item())
-            if counter is not None:
-                counter.add(outputs[self.logits], feeds["labels"])
-                sp.set(loss=loss, count=n, lr=float(optimizer.lr))
-            elif self._reads_correct and self.bus.wants(TRAIN_STEP + END):  # a sync each step
-                correct = int((outputs[self.logits].argmax(-1) == feeds["labels"]).sum().item())
-                sp.set(loss=loss, correct=correct, count=n, lr=float(optimizer.lr))
-            else:  # no metric reads the correct predictions: nothing is counted
-                sp.set(loss=loss, count=n, lr=float(optimizer.lr))
-            if math.isfinite(loss):
-                optimizer.native_step(grads)  # type: ignore[attr-defined]
-                if self._apply_stats is not None:
-                    self._apply_stats()
+        if unpublished is None:
+            span = self.bus.span(TRAIN_STEP, level=_LEVEL, batch_size=n, step=step, epoch=epoch)
+            with span as sp:
+                # a sync each step, when a metric reads the correct predictions per step
+                per_step = self._counting is None and self._reads_correct
+                per_step = per_step and self.bus.wants(TRAIN_STEP + END)
+                loss, correct, lr = self._native_work(x, y, step, per_step)
+                if correct is None:
+                    sp.set(loss=loss, count=n, lr=lr)
+                else:
+                    sp.set(loss=loss, correct=correct, count=n, lr=lr)
+        else:
+            loss, correct, lr = self._native_work(x, y, step, unpublished.host_counts)
+            unpublished.batch_sizes.append(n)
+            unpublished.lrs.append(lr)
+            if correct is not None:
+                unpublished.correct.append(correct)
         return loss, n, time.perf_counter() - t0
+
+    def _native_work(
+        self, x: Any, y: np.ndarray, step: int, per_step: bool
+    ) -> tuple[float, int | None, float]:
+        """The timed work of a native step; returns (loss, correct, learning rate).
+
+        ``correct`` is counted here (one sync) when ``per_step``; else it is ``None``,
+        and the epoch's device counter, if any, takes the step's predictions.
+        """
+        executor, optimizer = self.executor, self.optimizer
+        if self.schedule is not None:
+            optimizer.lr = float(self.schedule(step))
+        lr = float(optimizer.lr)
+        feeds = executor.to_native({self.input: x, "labels": np.asarray(y, dtype=np.int64)})
+        outputs, grads = executor.native_train_step(feeds, self.loss)
+        value = outputs[self.loss]
+        try:
+            loss = float(value.item())
+        except (RuntimeError, ValueError):  # a loss of several elements: the first
+            loss = float(value.reshape(-1)[0].item())
+        correct: int | None = None
+        counter = self._counting
+        if counter is not None:
+            counter.add(outputs[self.logits], feeds["labels"])
+        elif per_step:
+            correct = int((outputs[self.logits].argmax(-1) == feeds["labels"]).sum().item())
+        if math.isfinite(loss):
+            optimizer.native_step(grads)  # type: ignore[attr-defined]
+            if self._apply_stats is not None:
+                self._apply_stats()
+        return loss, correct, lr
+
+    def _step_blocks(self, epoch: int, step: int) -> _Unpublished | None:
+        """Where this epoch's steps go when the step feed may take them in blocks.
+
+        Only when the built-in metrics' shared feed alone listens to ``train.step``
+        (:meth:`StepFeed.takes_blocks`): each step then costs no event, and the feed
+        gets the same steps, in the same order, before each test pass and before the
+        end of the epoch (:meth:`_deliver_steps`). ``None``: every step is published.
+        """
+        feed = StepFeed.of(self.bus)
+        if not feed.takes_blocks():
+            return None
+        if self.optimizer_path == NATIVE:
+            host_counts = self._counting is None and self._reads_correct
+        else:
+            host_counts = True  # the numpy path counts on the host every step
+        return _Unpublished(feed, epoch, step, len(self.curves.losses), host_counts)
+
+    def _deliver_steps(self) -> None:
+        """Hand the step feed the steps not yet delivered, as one :class:`StepBlock`."""
+        unpublished = self._unpublished
+        if unpublished is None or not unpublished.batch_sizes:
+            return
+        curves, start = self.curves, unpublished.first_index
+        block = StepBlock(
+            epoch=unpublished.epoch,
+            first_step=unpublished.first_step,
+            batch_sizes=unpublished.batch_sizes,
+            losses=curves.losses[start:],
+            seconds=curves.step_times_s[start:],
+            lrs=unpublished.lrs,
+            correct=unpublished.correct if unpublished.host_counts else None,
+        )
+        self._unpublished = _Unpublished(
+            unpublished.feed,
+            unpublished.epoch,
+            unpublished.first_step + len(block),
+            len(curves.losses),
+            unpublished.host_counts,
+        )
+        unpublished.feed.deliver(block)
 
     def _epoch_counter(self) -> CorrectCounter | None:
         """The device counter, on the native path, when a metric reads the correct
@@ -527,6 +635,7 @@ class Trainer:
 
         def test(epoch: int) -> str | None:
             nonlocal best, since_best, reached_at
+            self._deliver_steps()  # the steps before the test pass come before it
             result = self.evaluate(step, epoch)
             tests.append(result)
             self._progress()
@@ -563,33 +672,38 @@ class Trainer:
                 ended: str | None = None
                 with self.bus.span(TRAIN_EPOCH, level=_LEVEL, epoch=epoch) as epoch_span:
                     self._counting = counter = self._epoch_counter()
+                    self._unpublished = self._step_blocks(epoch, step)
                     first = samples
-                    for indices in self.sampler:
-                        loss, n, seconds = run_step(indices, step, epoch)
-                        step += 1
-                        samples += n
-                        losses.append(loss)
-                        times.append(seconds)
-                        rates.append(n / seconds if seconds > 0 else math.inf)
-                        if on_progress is not None:
-                            on_progress(curves)
-                        if bar.enabled:
-                            bar.advance(epoch, step, loss)
-                        if not isfinite(loss):
-                            ended = "diverged"
-                        elif test_every is not None and step % test_every == 0:
-                            ended = test(epoch)
-                        if ended is None and max_steps is not None and step >= max_steps:
-                            ended = "max_steps"
-                        if ended is None and budget is not None and clock() - t_start >= budget:
-                            ended = "time_budget"
-                        if agree is not None:
-                            ended = agree(ended)
-                        if ended == "diverged":
-                            status = DIVERGED
-                            diverged_at = {"step": step - 1, "epoch": epoch}
-                        if ended is not None:
-                            break
+                    try:
+                        for indices in self.sampler:
+                            loss, n, seconds = run_step(indices, step, epoch)
+                            step += 1
+                            samples += n
+                            losses.append(loss)
+                            times.append(seconds)
+                            rates.append(n / seconds if seconds > 0 else math.inf)
+                            if on_progress is not None:
+                                on_progress(curves)
+                            if bar.enabled:
+                                bar.advance(epoch, step, loss)
+                            if not isfinite(loss):
+                                ended = "diverged"
+                            elif test_every is not None and step % test_every == 0:
+                                ended = test(epoch)
+                            if ended is None and max_steps is not None and step >= max_steps:
+                                ended = "max_steps"
+                            if ended is None and budget is not None and clock() - t_start >= budget:
+                                ended = "time_budget"
+                            if agree is not None:
+                                ended = agree(ended)
+                            if ended == "diverged":
+                                status = DIVERGED
+                                diverged_at = {"step": step - 1, "epoch": epoch}
+                            if ended is not None:
+                                break
+                    finally:  # delivered before the epoch ends, even when a step raised
+                        self._deliver_steps()
+                        self._unpublished = None
                     if counter is not None:  # the epoch's one device sync
                         epoch_span.set(correct=counter.take(), count=samples - first)
                     self._counting = None
