@@ -7,10 +7,11 @@ BIN    := $(VENV)/bin
 # torch is always pinned: 2.13.0 is a CPU build; anything else downloads gigabytes.
 TORCH  := torch==2.13.0
 # Plugins that can share one environment (MXNet cannot: it needs numpy 1.23.5).
-SHARED_PLUGINS := d5-plugin-numpy d5-plugin-torch d5-plugin-onnxruntime d5-plugin-mpi
+SHARED_PLUGINS := d5-plugin-numpy d5-plugin-torch d5-plugin-onnxruntime d5-plugin-mpi \
+                  d5-plugin-tensorflow
 STAMP  := $(VENV)/.installed
 
-.PHONY: dev demo test lint types bench docs clean
+.PHONY: dev demo test lint types bench docs dist clean
 
 dev: $(STAMP) ## .venv with d5core and every shareable plugin, editable
 
@@ -24,15 +25,18 @@ $(STAMP): pyproject.toml $(foreach p,$(SHARED_PLUGINS),plugins/$(p)/pyproject.to
 # The demo keeps its results in the project, not in the per-user database.
 DEMO_DB ?= $(CURDIR)/results/demo.sqlite
 
-demo: dev ## the main job: the digits recipe on the reference and torch executors, side by side
+demo: dev ## the main job: frameworks side by side at levels 0-2, validated, with intervals
 	$(BIN)/d5 list-plugins --check
 	$(BIN)/d5 validate op Conv --backend torch --db $(DEMO_DB)
-	$(BIN)/d5 bench op Gemm --backends numpy,torch --suite cpu-small --db $(DEMO_DB)
-	$(BIN)/d5 bench net lenet5 --executors numpy,torch,onnxruntime --batch 32 \
+	$(BIN)/d5 validate op Conv --backend tensorflow --db $(DEMO_DB)
+	$(BIN)/d5 bench op Gemm --backends numpy,torch,tensorflow --suite cpu-small --db $(DEMO_DB)
+	$(BIN)/d5 bench net lenet5 --executors numpy,torch,onnxruntime,tensorflow --batch 32 \
 	    --processes 3 --db $(DEMO_DB)
 	$(BIN)/d5 run recipes/digits-mlp.toml --set executor=numpy --repeat 6 --db $(DEMO_DB)
 	$(BIN)/d5 run recipes/digits-mlp.toml --set executor=torch --repeat 6 --db $(DEMO_DB)
-	$(BIN)/d5 results table --last 12 --kind train --by executor --db $(DEMO_DB)
+	$(BIN)/d5 run recipes/digits-mlp.toml --set executor=tensorflow --set optimizer=tf-momentum \
+	    --repeat 6 --db $(DEMO_DB)
+	$(BIN)/d5 results table --last 18 --kind train --by executor --db $(DEMO_DB)
 
 test: dev ## every test: one nox session per plugin, core, integration, lint, types
 	@rm -rf .reports; mkdir -p .reports
@@ -55,6 +59,10 @@ bench: dev ## the benchmark scripts whose figures go into docs/benchmarks.md
 	$(BIN)/python benchmarks/engine_vs_timeit.py
 	$(BIN)/python benchmarks/op_overhead.py
 	$(BIN)/python benchmarks/microbatch_memory.py
+	$(BIN)/python benchmarks/executor_fairness.py
+
+dist: ## wheels of d5core and every plugin, into dist/
+	$(PYTHON) .ci/build_dist.py --out dist
 
 clean:
-	rm -rf $(VENV) .nox .reports .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .nox .reports .pytest_cache .mypy_cache .ruff_cache dist

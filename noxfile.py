@@ -21,10 +21,21 @@ PLUGINS = sorted(p.parent.name for p in (ROOT / "plugins").glob("*/pyproject.tom
 PINS: dict[str, list[str]] = {
     "d5-plugin-torch": [TORCH],
 }
+#: Other d5 plugins a plugin's own tests need beside it (the TensorFlow plugin's level-3
+#: test trains over MPI ranks through d5-plugin-mpi's allreduce scheme).
+COMPANIONS: dict[str, list[str]] = {
+    "d5-plugin-tensorflow": ["d5-plugin-mpi"],
+}
 #: The reference backend: every other plugin's tests validate against it.
 REFERENCE = "d5-plugin-numpy"
 #: Plugins that share the integration environment (and `make dev`'s .venv).
-SHARED = ["d5-plugin-numpy", "d5-plugin-torch", "d5-plugin-onnxruntime", "d5-plugin-mpi"]
+SHARED = [
+    "d5-plugin-numpy",
+    "d5-plugin-torch",
+    "d5-plugin-onnxruntime",
+    "d5-plugin-mpi",
+    "d5-plugin-tensorflow",
+]
 
 nox.options.sessions = ["core", "plugin", "example", "integration", "lint", "types"]
 nox.options.error_on_external_run = True
@@ -63,7 +74,10 @@ def core(session: nox.Session) -> None:
 def plugin(session: nox.Session, plugin: str) -> None:
     """One plugin in its own virtualenv (with the reference backend), with its own tests."""
     reference = [] if plugin == REFERENCE else ["-e", f"plugins/{REFERENCE}"]
-    session.install(*PINS.get(plugin, []), "-e", ".", *reference, "-e", f"plugins/{plugin}[test]")
+    companions = [arg for name in COMPANIONS.get(plugin, []) for arg in ("-e", f"plugins/{name}")]
+    session.install(
+        *PINS.get(plugin, []), "-e", ".", *reference, *companions, "-e", f"plugins/{plugin}[test]"
+    )
     pytest(session, f"plugin-{plugin}", f"plugins/{plugin}/tests")
 
 

@@ -1,19 +1,35 @@
 """What `d5 bench op` adds to an operator's time, against a hand-written timing loop.
 
-For every problem of the cpu-small GEMM and convolution suites, on the numpy and torch
-backends, the same computation is timed two ways, side by side and interleaved:
+For every problem of the cpu-small GEMM and convolution suites, on the numpy, torch and
+tensorflow backends, the same computation is timed two ways, side by side and
+interleaved:
 
 - d5: ``bench_ops`` (backend lookup, operator wrapper, ``prepare_forward``'s callable,
   the measurement engine with its adaptive stopping);
 - by hand: a ``perf_counter_ns`` loop around the framework's own call: ``torch.mm`` /
-  ``F.conv2d`` under ``no_grad`` for torch; for numpy, the reference operator's own
+  ``F.conv2d`` under ``no_grad`` for torch; for tensorflow, ``tf.linalg.matmul`` (with
+  its ``transpose_a``/``transpose_b`` flags) / ``tf.nn.conv2d`` in a ``tf.function``, on
+  tensors made beforehand, the convolution in NHWC with an HWIO kernel as TensorFlow's
+  CPU kernels want (``"SAME"``/``"VALID"`` padding where that is the ONNX padding,
+  explicit padding otherwise), called two ways, each its own row: through the
+  function's concrete function (``get_concrete_function``, which d5's TensorFlow
+  operators call too; row ``tensorflow``), and as users usually call it, ``fn(a, b)``,
+  which matches the arguments to a traced signature on every call (row ``tensorflow,
+  hand: tf.function call``); ``tensorflow-xla``, when asked for, against the same
+  ``tf.function`` with ``jit_compile=True``; for numpy, the reference operator's own
   ``forward`` called directly (numpy has no convolution, and the reference GEMM computes
   ``alpha * (A @ B)``, whose extra pass over the output is arithmetic, not harness).
+
+The hand calls of torch and tensorflow are first checked against the numpy reference
+(same result to float32 rounding), so that both sides compute the same thing.
 
 It prints the ratio of medians (target <= 1.02) and the time added per call (target
 <= 5 µs).
 
-    .venv/bin/python benchmarks/op_overhead.py [--rounds 3] [--json]
+    .venv/bin/python benchmarks/op_overhead.py [--rounds 3] [--backends numpy,torch,tensorflow]
+        [--json]
+
+The default backends are numpy, torch and, when its plugin is installed, tensorflow.
 """
 
 from __future__ import annotations
@@ -33,8 +49,20 @@ import torch.nn.functional as F
 from _machine import load, machine
 
 from d5core.measure.engine import MeasureOptions
+from d5core.plugins import get_plugin_manager
 from d5core.runners.operators import backend_by_name, bench_ops, build_operator
 from d5core.workloads.problems import Problem, suite
+
+#: Backends with a hand-written side here.
+BACKENDS = ("numpy", "torch", "tensorflow", "tensorflow-xla")
+#: How the hand side calls its ``tf.function``: through its traced concrete function
+#: (``get_concrete_function``, as d5's TensorFlow operators do: no argument matching),
+#: or as users usually do, ``fn(a, b)``, which matches the arguments to a traced
+#: signature on every call. Both are measured for the tensorflow backends.
+CONCRETE, FUNCTION_CALL = "concrete function", "tf.function call"
+TF_CALLS = (CONCRETE, FUNCTION_CALL)
+#: The one way numpy and torch are called.
+DIRECT = "direct call"
 
 
 def hand_loop(fn: Callable[[], Any], samples: int, warmup: int = 3) -> float:
@@ -53,8 +81,11 @@ def hand_loop(fn: Callable[[], Any], samples: int, warmup: int = 3) -> float:
     return statistics.median(times) / 1e9
 
 
-def native_call(problem: Problem, backend: str, inputs: list[np.ndarray]) -> Callable[[], Any]:
-    """The framework's own call for ``problem``, inputs converted beforehand."""
+def native_call(
+    problem: Problem, backend: str, inputs: list[np.ndarray], how: str = DIRECT
+) -> Callable[[], Any]:
+    """The framework's own call for ``problem``, inputs converted beforehand (``how``:
+    see :data:`TF_CALLS`; tensorflow only)."""
     attrs = problem.attributes
     if backend == "torch":
         tensors = [torch.from_numpy(a) for a in inputs]
@@ -76,55 +107,159 @@ def native_call(problem: Problem, backend: str, inputs: list[np.ndarray]) -> Cal
                 return F.conv2d(x, w, stride=strides, padding=(pads[0], pads[1]))
 
         return conv
+    if backend.startswith("tensorflow"):
+        return tf_call(problem, inputs, xla=backend == "tensorflow-xla", how=how)
     op = build_operator(backend_by_name("numpy"), problem, "float32", inputs)
     return lambda: op.forward(inputs)
+
+
+def tf_call(
+    problem: Problem, inputs: list[np.ndarray], *, xla: bool, how: str
+) -> Callable[[], Any]:
+    """``tf.linalg.matmul`` or ``tf.nn.conv2d`` in a ``tf.function`` (NHWC, HWIO kernel),
+    on tensors made now; ``jit_compile=xla``; called as ``how`` says."""
+    from d5_plugin_tensorflow._tf import tensorflow
+
+    tf = tensorflow()
+    attrs = problem.attributes
+    if problem.op == "Gemm":
+        a, b = (tf.constant(v) for v in inputs)
+        ta, tb = bool(attrs.get("transA")), bool(attrs.get("transB"))
+
+        @tf.function(jit_compile=xla)
+        def gemm(a: Any, b: Any) -> Any:
+            return tf.linalg.matmul(a, b, transpose_a=ta, transpose_b=tb)
+
+        return _called(gemm, (a, b), how)
+    x = tf.constant(np.ascontiguousarray(inputs[0].transpose(0, 2, 3, 1)))
+    w = tf.constant(np.ascontiguousarray(inputs[1].transpose(2, 3, 1, 0)))
+    pads, strides = list(attrs["pads"]), list(attrs["strides"])
+    kernel = inputs[1].shape[2:]
+    padding: Any = [[0, 0], [pads[0], pads[2]], [pads[1], pads[3]], [0, 0]]
+    if not any(pads):
+        padding = "VALID"
+    elif strides == [1, 1] and all(pads[i] == pads[i + 2] == k // 2 for i, k in enumerate(kernel)):
+        padding = "SAME"  # what TensorFlow calls the ONNX padding of an odd kernel
+
+    @tf.function(jit_compile=xla)
+    def conv(x: Any, w: Any) -> Any:
+        return tf.nn.conv2d(x, w, strides=[1, *strides, 1], padding=padding)
+
+    return _called(conv, (x, w), how)
+
+
+def _called(function: Any, args: tuple[Any, ...], how: str) -> Callable[[], Any]:
+    """A call of the ``tf.function`` ``function`` on ``args``, as ``how`` says."""
+    if how == FUNCTION_CALL:
+        return lambda: function(*args)
+    concrete = function.get_concrete_function(*args)
+    return lambda: concrete(*args)
+
+
+def check_hand(problem: Problem, backend: str, inputs: list[np.ndarray]) -> None:
+    """Refuse a hand call that does not compute what the reference operator does."""
+    if backend == "numpy":
+        return
+    reference = build_operator(backend_by_name("numpy"), problem, "float32", inputs)
+    (expected,) = reference.forward(inputs)
+    got = np.asarray(native_call(problem, backend, inputs)())
+    if problem.op == "Conv" and backend.startswith("tensorflow"):
+        got = got.transpose(0, 3, 1, 2)  # NHWC back to NCHW
+    scale = float(np.max(np.abs(expected)))
+    if got.shape != expected.shape or not np.allclose(got, expected, rtol=0, atol=1e-4 * scale):
+        raise SystemExit(
+            f"{backend} {problem.label}: the hand-written call does not compute what the "
+            "reference does; nothing would be compared"
+        )
+
+
+def default_backends() -> list[str]:
+    """numpy, torch, and tensorflow where its plugin is installed."""
+    registered = get_plugin_manager().names("d5.operators")
+    return ["numpy", "torch"] + (["tensorflow"] if "tensorflow" in registered else [])
+
+
+def _backends(text: str) -> list[str]:
+    names = [t.strip() for t in text.split(",") if t.strip()]
+    bad = [n for n in names if n not in BACKENDS]
+    if bad or not names:
+        raise argparse.ArgumentTypeError(
+            f"{bad[0] if bad else text!r} is not one of {', '.join(BACKENDS)}"
+        )
+    return names
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--time-budget", type=float, default=2.0)
+    parser.add_argument(
+        "--backends", type=_backends, default=None,
+        help=f"comma-separated, from {', '.join(BACKENDS)} (default: numpy, torch and "
+        "tensorflow when its plugin is installed)",
+    )  # fmt: skip
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    backends = args.backends or default_backends()
     torch.set_num_threads(torch.get_num_threads())
     options = MeasureOptions(time_budget_s=args.time_budget, max_samples=400, min_samples=30)
     problems = suite("cpu-small-gemm") + suite("cpu-small-conv")
     rows = []
     for problem in problems:
         inputs = problem.make_inputs("float32", 0)
-        for backend in ("numpy", "torch"):
-            d5_medians, hand_medians = [], []
+        for backend in backends:
+            check_hand(problem, backend, inputs)
+            hows = TF_CALLS if backend.startswith("tensorflow") else (DIRECT,)
+            # a tf.function traces once, here
+            hands = {how: native_call(problem, backend, inputs, how) for how in hows}
+            sides = ["d5", *hows]
+            d5_medians: list[float] = []
+            hand_medians: dict[str, list[float]] = {how: [] for how in hows}
             for r in range(args.rounds):
-                order = ("d5", "hand") if r % 2 == 0 else ("hand", "d5")
-                for who in order:
+                # rotated per round: with one hand side, d5 and hand alternate going first
+                for who in sides[r % len(sides) :] + sides[: r % len(sides)]:
                     if who == "d5":
                         (timing,) = bench_ops([problem], [backend], options=options)
                         d5_medians.append(timing.measurement.summary.median)
                         n = timing.measurement.summary.n
                     else:
-                        fn = native_call(problem, backend, inputs)
-                        hand_medians.append(hand_loop(fn, samples=max(30, min(n, 400))))
-            # Paired by round: each ratio compares two measurements taken back to back,
-            # so drifts of the machine between rounds cancel.
-            ratios = [d / h for d, h in zip(d5_medians, hand_medians, strict=True)]
-            added = [d - h for d, h in zip(d5_medians, hand_medians, strict=True)]
-            d5_t, hand_t = statistics.median(d5_medians), statistics.median(hand_medians)
-            rows.append(
-                {
-                    "problem": problem.label,
-                    "backend": backend,
-                    "d5_median_s": d5_t,
-                    "hand_median_s": hand_t,
-                    "ratio": statistics.median(ratios),
-                    "ratio_range": [min(ratios), max(ratios)],
-                    "added_us": statistics.median(added) * 1e6,
-                }
-            )
-            print(
-                f"{backend:>5} {problem.label}: d5 {d5_t * 1e6:.1f} µs, hand {hand_t * 1e6:.1f} µs",
-                file=sys.stderr,
-            )
-    where = f"{machine()}, torch {torch.__version__}, numpy {np.__version__}; {load()}"
+                        samples = max(30, min(n, 400))
+                        hand_medians[who].append(hand_loop(hands[who], samples=samples))
+            for how in hows:
+                # Paired by round: each ratio compares two measurements taken back to
+                # back, so drifts of the machine between rounds cancel.
+                pairs = list(zip(d5_medians, hand_medians[how], strict=True))
+                ratios = [d / h for d, h in pairs]
+                added = [d - h for d, h in pairs]
+                d5_t, hand_t = statistics.median(d5_medians), statistics.median(hand_medians[how])
+                label = backend if how in (DIRECT, CONCRETE) else f"{backend}, hand: {how}"
+                rows.append(
+                    {
+                        "problem": problem.label,
+                        "backend": label,
+                        "d5_median_s": d5_t,
+                        "hand_median_s": hand_t,
+                        "ratio": statistics.median(ratios),
+                        "ratio_range": [min(ratios), max(ratios)],
+                        "added_us": statistics.median(added) * 1e6,
+                    }
+                )
+                print(
+                    f"{label:>5} {problem.label}: d5 {d5_t * 1e6:.1f} µs, "
+                    f"hand {hand_t * 1e6:.1f} µs",
+                    file=sys.stderr,
+                )
+    versions = f"torch {torch.__version__}, numpy {np.__version__}"
+    if any(b.startswith("tensorflow") for b in backends):
+        from d5_plugin_tensorflow import _tf
+
+        found = _tf.settings() or {}
+        versions += (
+            f", tensorflow {_tf.tensorflow().__version__} (intra-op "
+            f"{found.get('intra_op_parallelism_threads')}, inter-op "
+            f"{found.get('inter_op_parallelism_threads')} threads)"
+        )
+    where = f"{machine()}, {versions}; {load()}"
     if args.json:
         print(json.dumps({"machine": where, "rows": rows}, indent=2))
         return 0

@@ -69,6 +69,28 @@ Level 0: operators
   operator's; ``compare_outputs``: compares arrays with d5's tolerances;
   ``gradcheck``: checks backward against finite differences;
   ``default_grad_outputs``: the output gradients validation uses.
+- ``SlottedOperator``: an ``Operator`` with ONNX input slots and attribute defaults,
+  attribute reading, rank checks and one-line errors: the base of a backend's operators.
+- ``onnx_signature``, ``OperatorSignature``: the inputs (as ``InputSlot`` s) and the
+  attributes, with their defaults, of each ONNX operator d5's backends run.
+- ``InputSlot``: one input of an operator as ONNX names it (float, index or static);
+  ``match_input_slots``, ``check_float_dtypes``, ``check_rank``,
+  ``slot_has_no_gradient``, ``DescribedInput``, ``is_integer_dtype``: checks of an
+  operator's inputs (count, element types, ranks) before a framework sees them;
+  ``check_attribute_names``, ``int_list_attribute``: checks of its attributes.
+- ``integer_values``, ``normalize_axes``, ``reshape_target``, ``flatten_target``,
+  ``transpose_perm``, ``check_concat_shapes``, ``squeeze_axes``, ``unsqueeze_axes``:
+  the ONNX semantics of the shape operators' shape and axes arguments, checked.
+- ``gemm_output_shape``, ``check_per_channel``, ``check_scalar_input``,
+  ``dropout_ratio``, ``check_class_labels``: the input checks of ``Gemm``,
+  ``BatchNormalization``, ``Dropout`` and classification losses.
+- ``SpatialWindow``, ``spatial_window``, ``check_auto_pad``: the window of a Conv,
+  ConvTranspose or pooling operator (kernel, strides, dilations, pads, output sizes)
+  read from its attributes and checked.
+- ``conv_window``, ``conv_transpose_window``, ``TransposedWindow``: the same for ``Conv``
+  and ``ConvTranspose`` given the shapes of X, W and B, with the channel, group and bias
+  checks and (``ConvTranspose``) the output padding, sizes and ``output_shape``;
+  ``average_pool_divisors``: what ``AveragePool`` divides each window's sum by.
 
 Level 1: networks
 
@@ -143,7 +165,42 @@ if TYPE_CHECKING:
     )
     from d5core.levels.metrics import Metric, MetricResult
     from d5core.levels.networks import GraphExecutor
+    from d5core.levels.operator_checks import (
+        DescribedInput,
+        InputSlot,
+        check_attribute_names,
+        check_class_labels,
+        check_concat_shapes,
+        check_float_dtypes,
+        check_per_channel,
+        check_rank,
+        check_scalar_input,
+        dropout_ratio,
+        flatten_target,
+        gemm_output_shape,
+        int_list_attribute,
+        integer_values,
+        is_integer_dtype,
+        match_input_slots,
+        normalize_axes,
+        reshape_target,
+        slot_has_no_gradient,
+        squeeze_axes,
+        transpose_perm,
+        unsqueeze_axes,
+    )
+    from d5core.levels.operator_signatures import OperatorSignature, onnx_signature
+    from d5core.levels.operator_windows import (
+        SpatialWindow,
+        TransposedWindow,
+        average_pool_divisors,
+        check_auto_pad,
+        conv_transpose_window,
+        conv_window,
+        spatial_window,
+    )
     from d5core.levels.operators import Operator, OperatorBackend, TensorDescriptor
+    from d5core.levels.slotted_operator import SlottedOperator
     from d5core.levels.training import (
         CorrectCounter,
         Dataset,
@@ -199,6 +256,41 @@ _HOMES: dict[str, tuple[str, ...]] = {
     "d5core.training.trainer": ("RUN_END", "RUN_START"),
     "d5core.levels.metrics": ("Metric", "MetricResult"),
     "d5core.levels.operators": ("Operator", "OperatorBackend", "TensorDescriptor"),
+    "d5core.levels.slotted_operator": ("SlottedOperator",),
+    "d5core.levels.operator_signatures": ("OperatorSignature", "onnx_signature"),
+    "d5core.levels.operator_windows": (
+        "SpatialWindow",
+        "TransposedWindow",
+        "average_pool_divisors",
+        "check_auto_pad",
+        "conv_transpose_window",
+        "conv_window",
+        "spatial_window",
+    ),
+    "d5core.levels.operator_checks": (
+        "DescribedInput",
+        "InputSlot",
+        "check_attribute_names",
+        "check_class_labels",
+        "check_concat_shapes",
+        "check_float_dtypes",
+        "check_per_channel",
+        "check_rank",
+        "check_scalar_input",
+        "dropout_ratio",
+        "flatten_target",
+        "gemm_output_shape",
+        "int_list_attribute",
+        "integer_values",
+        "is_integer_dtype",
+        "match_input_slots",
+        "normalize_axes",
+        "reshape_target",
+        "slot_has_no_gradient",
+        "squeeze_axes",
+        "transpose_perm",
+        "unsqueeze_axes",
+    ),
     "d5core.validate": (
         "compare_outputs",
         "default_grad_outputs",
@@ -264,9 +356,11 @@ __all__ = [
     "CorrectCounter",
     "D5Error",
     "Dataset",
+    "DescribedInput",
     "DistributedOptimizer",
     "Event",
     "GraphExecutor",
+    "InputSlot",
     "Metric",
     "MetricBus",
     "MetricResult",
@@ -274,29 +368,59 @@ __all__ = [
     "Network",
     "Operator",
     "OperatorBackend",
+    "OperatorSignature",
     "Optimizer",
     "PluginError",
     "PluginManager",
     "RankLauncher",
     "Sampler",
+    "SlottedOperator",
+    "SpatialWindow",
     "TensorDescriptor",
+    "TransposedWindow",
     "UsageError",
+    "average_pool_divisors",
+    "check_attribute_names",
+    "check_auto_pad",
+    "check_class_labels",
+    "check_concat_shapes",
+    "check_float_dtypes",
+    "check_per_channel",
+    "check_rank",
+    "check_scalar_input",
     "chunk_counts",
     "collective_bytes",
     "compare_outputs",
     "constant_value",
+    "conv_transpose_window",
+    "conv_window",
     "default_grad_outputs",
+    "dropout_ratio",
+    "flatten_target",
+    "gemm_output_shape",
     "get_bus",
     "get_plugin_manager",
     "gradcheck",
     "hookimpl",
     "hookspec",
+    "int_list_attribute",
+    "integer_values",
+    "is_integer_dtype",
     "legacy_broadcast",
     "legacy_broadcast_shape",
     "load_dataset",
+    "match_input_slots",
     "node_attributes",
+    "normalize_axes",
+    "onnx_signature",
     "reference_name",
+    "reshape_target",
     "resolve_pads",
+    "slot_has_no_gradient",
+    "spatial_window",
+    "squeeze_axes",
+    "transpose_perm",
+    "unsqueeze_axes",
     "use_bus",
     "validate_operator",
 ]

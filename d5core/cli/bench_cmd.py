@@ -23,7 +23,7 @@ from d5core.cli.output import console, print_json
 from d5core.errors import CheckFailed, UsageError
 
 if TYPE_CHECKING:
-    from d5core.measure.fitness import MachineState
+    from d5core.measure.fitness import MachineState, ThreadCount
     from d5core.measure.invocations import Invocations, Job, RoundRecord
     from d5core.measure.noise import NoiseFloor
     from d5core.runners.jobs import Gathered
@@ -208,6 +208,16 @@ def _describe_floor(floor: NoiseFloor | None) -> str:
     )
 
 
+@dataclass
+class _Measured:
+    """What :func:`_measure` ran: the workers' outcome, the thread count each backend or
+    executor ran with, and the warning when those counts differ."""
+
+    outcome: Invocations
+    threads: dict[str, ThreadCount]
+    thread_warning: str | None
+
+
 def _measure(
     jobs: Sequence[Job],
     *,
@@ -218,11 +228,19 @@ def _measure(
     seed: int,
     cpus: list[int] | None,
     quiet: bool,
-) -> Invocations:
-    """Run ``jobs`` in fresh worker processes; warn of an unfit machine and record the
-    rounds, their orders and the warnings in the run's config."""
+    backends: tuple[str, str],
+) -> _Measured:
+    """Run ``jobs`` in fresh worker processes; warn of an unfit machine and of backends
+    that ran with different thread counts, and record the rounds, their orders, each
+    backend's thread count and the warnings in the run's config.
+
+    :param backends: the entry-point group of what the jobs measure and the job argument
+        naming it, e.g. ``("d5.operators", "backend")``.
+    """
+    from d5core.measure.fitness import thread_count_warning
     from d5core.measure.invocations import run_invocations
     from d5core.measure.nested import MIN_PROCESSES
+    from d5core.runners.jobs import thread_counts
 
     watch = _Watch(len(cpus) if cpus else None, processes, quiet)
     watch.start()
@@ -237,6 +255,10 @@ def _measure(
         on_process=watch.on_process,
     )
     warnings = watch.warnings()
+    threads = thread_counts(outcome, *backends)
+    thread_warning = thread_count_warning(list(threads.values()))
+    if thread_warning is not None:
+        warnings.append(thread_warning)
     for warning in warnings:
         click.echo(f"d5: warning: {warning}", err=True)
     store.update_config(
@@ -251,10 +273,13 @@ def _measure(
                 "cpus": outcome.cpus,
                 "elapsed_s": outcome.elapsed_s,
             },
-            "fitness": watch.to_json(warnings),
+            "fitness": {
+                **watch.to_json(warnings),
+                "thread_counts": {name: count.to_json() for name, count in threads.items()},
+            },
         },
     )
-    return outcome
+    return _Measured(outcome, threads, thread_warning)
 
 
 def _raise_failures(outcome: Invocations) -> None:
@@ -372,15 +397,17 @@ def bench_op(
                     run_id, "peak_gflops", peak_rate,
                     labels={"dtype": dtype, "source": peak.source}, unit="GFLOP/s",
                 )  # fmt: skip
-            outcome = _measure(
+            measured = _measure(
                 jobs, store=store, run_id=run_id, processes=processes, options=options,
-                seed=seed, cpus=pinned, quiet=as_json,
+                seed=seed, cpus=pinned, quiet=as_json, backends=("d5.operators", "backend"),
             )  # fmt: skip
+            outcome = measured.outcome
             rows = _op_results(outcome, keys, devices, peak_rate, store, run_id)
             if floor is not None:
                 store.update_config(run_id, {"noise_floor": floor.to_json()})
             _raise_failures(outcome)
     _mark_within_noise(rows, floor)
+    _mark_threads(rows, measured)
     if as_json:
         print_json(
             [{**r.row, "run_id": run_id, "peak_gflops": peak_rate, "peak_source": peak.source,
@@ -489,6 +516,21 @@ def _mark_within_noise(rows: Sequence[_Row], floor: NoiseFloor | None) -> None:
             r.row["within_noise_of"] = r.close
 
 
+def _mark_threads(rows: Sequence[_Row], measured: _Measured) -> None:
+    """Put in each row the thread count its backend ran with (``threads``, ``null`` when
+    unknown), the setting it was read from, and the warning when the compared backends'
+    counts differ (``thread_warning``, ``null`` when they agree)."""
+    for r in rows:
+        count = measured.threads.get(r.name)
+        r.row["threads"] = None if count is None else count.threads
+        r.row["thread_setting"] = None if count is None else count.setting
+        r.row["thread_warning"] = measured.thread_warning
+
+
+def _threads_cell(row: dict[str, Any]) -> str:
+    return "?" if row.get("threads") is None else str(row["threads"])
+
+
 def _op_table(op: str, dtype: str, run_id: str, rows: Sequence[_Row]) -> Table:
     table = Table(title=f"d5 bench op {op} ({dtype}), run {run_id}", title_justify="left")
     for column in ("problem", "direction", "backend"):
@@ -500,6 +542,7 @@ def _op_table(op: str, dtype: str, run_id: str, rows: Sequence[_Row]) -> Table:
         "between share",
         "processes (samples)",
         "GFLOP/s (% peak)",
+        "threads",
         "note",
     ):
         table.add_column(column, justify="right" if column != "note" else "left")
@@ -513,7 +556,7 @@ def _op_table(op: str, dtype: str, run_id: str, rows: Sequence[_Row]) -> Table:
             _fmt_ci(n.ci_low, n.ci_high, _fmt_time),
             _fmt_ci(n.within_ci_low, n.within_ci_high, _fmt_time),
             _pct(n.between_share), f"{n.n_processes} ({n.n_samples})", rate,
-            _note(r.gathered, r.close, r.row["stability"] != "stable"),
+            _threads_cell(r.row), _note(r.gathered, r.close, r.row["stability"] != "stable"),
         )  # fmt: skip
     return table
 
@@ -529,6 +572,10 @@ def _print_footer(outcome: Invocations, floor: NoiseFloor | None) -> None:
         "the CI one process would report; between share: of the variance of the samples"
     )
     out.print("! marks a measurement whose IQR exceeds 10% of its median (unstable)")
+    out.print(
+        "threads: the threads one operator ran on in the workers (torch.get_num_threads(), "
+        "TensorFlow's and ONNX Runtime's intra-op pool, else OMP_NUM_THREADS); ? = not reported"
+    )
 
 
 def _op_problems(
@@ -667,15 +714,17 @@ def bench_net(
     with ResultsStore.open(db) as store:
         floor = _noise_floor(store, pinned)
         with store.run("net", f"bench {model}", config=config, seed=seed) as run_id:
-            outcome = _measure(
+            measured = _measure(
                 jobs, store=store, run_id=run_id, processes=processes, options=options,
-                seed=seed, cpus=pinned, quiet=as_json,
+                seed=seed, cpus=pinned, quiet=as_json, backends=("d5.frameworks", "executor"),
             )  # fmt: skip
+            outcome = measured.outcome
             rows = _net_results(outcome, workload, instances if breakdown else {}, store, run_id)
             if floor is not None:
                 store.update_config(run_id, {"noise_floor": floor.to_json()})
             _raise_failures(outcome)
     _mark_within_noise(rows, floor)
+    _mark_threads(rows, measured)
     if as_json:
         print_json([{**r.row, "run_id": run_id} for r in rows])
         return
@@ -763,6 +812,7 @@ def _net_table(model: str, mode: str, batch: int, run_id: str, rows: Sequence[_R
         "between share",
         "processes (samples)",
         "samples/s [95% CI]",
+        "threads",
         "note",
     ):
         table.add_column(column, justify="left" if column == "note" else "right")
@@ -773,7 +823,7 @@ def _net_table(model: str, mode: str, batch: int, run_id: str, rows: Sequence[_R
             _fmt_ci(n.within_ci_low, n.within_ci_high, _fmt_time), _pct(n.between_share),
             f"{n.n_processes} ({n.n_samples})",
             f"{row['throughput']:.1f} [{row['throughput_ci_low']:.1f}, "
-            f"{row['throughput_ci_high']:.1f}]",
+            f"{row['throughput_ci_high']:.1f}]", _threads_cell(row),
             _note(r.gathered, r.close, row["stability"] != "stable"),
         )  # fmt: skip
     return table

@@ -507,9 +507,7 @@ class DistributedOptimizer(Optimizer):
             offset += size
         return out
 
-    def names(
-        self, params: Mapping[str, np.ndarray], grads: Mapping[str, np.ndarray]
-    ) -> list[str]:
+    def names(self, params: Mapping[str, np.ndarray], grads: Mapping[str, np.ndarray]) -> list[str]:
         """The sorted names of the gradients, checked against ``params``."""
         from d5core.errors import UsageError
 

@@ -99,6 +99,20 @@ class Operator(ABC):
         """
         return self.no_gradient or index in self.no_gradient_inputs
 
+    def details(self) -> Mapping[str, Any]:
+        """What this operator says about how it was run, stored with its measurements.
+
+        A backend reports here what a reader of its timings must know and the problem
+        does not say, such as the memory layout of the timed call
+        (``{"timed_layout": "NHWC"}`` for a channels-last convolution) or that it
+        composed the operator from several framework calls. JSON-ready values only;
+        empty by default. ``d5 bench op`` stores them in the measurement's details
+        (``details``) in every worker process.
+
+        .. versionadded:: plugin API 1.2
+        """
+        return {}
+
     def prepare_forward(self, inputs: Sequence[np.ndarray]) -> Callable[[], Any]:
         """Convert ``inputs`` once and return a callable that runs only the forward pass.
 

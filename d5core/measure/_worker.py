@@ -6,8 +6,11 @@ the engine's options and the CPUs to pin to (or ``null``). It pins itself first,
 any library starts threads, then writes JSON lines on standard output:
 
 - ``{"event": "start", "pid": ..., "cpus": [...]}`` once;
-- ``{"event": "result", "index": i, "position": p, "measurement": {...}}`` per job, or
-  with ``"error": "one line"`` instead of ``"measurement"`` when the job failed;
+- ``{"event": "result", "index": i, "position": p, "measurement": {...}, "threads":
+  {...}}`` per job, where ``threads`` are the thread settings of this process after the
+  job (:func:`d5core.measure.fitness.thread_settings`: the variables, and the pools of
+  the frameworks imported so far); or with ``"error": "one line"`` instead of both when
+  the job failed;
 - ``{"event": "done"}`` at the end.
 
 Whatever the jobs print, to Python's ``sys.stdout`` or to file descriptor 1 from C, goes
@@ -65,6 +68,7 @@ def _run_job(job: dict[str, Any], options: Any) -> dict[str, Any]:
         setup=prepared.setup,
         synchronize=prepared.synchronize,
     )
+    m.details = dict(prepared.details)
     return m.to_json()
 
 
@@ -83,6 +87,7 @@ def main() -> int:
 
     from d5core.bus import attach_plugins, get_bus
     from d5core.measure.engine import MeasureOptions
+    from d5core.measure.fitness import thread_settings
 
     options = MeasureOptions(**request.get("options", {}))
     attach_plugins(get_bus())  # this process is the run: plugins hear its measurements
@@ -90,6 +95,7 @@ def main() -> int:
         event: dict[str, Any] = {"event": "result", "index": job["index"], "position": position}
         try:
             event["measurement"] = _run_job(job, options)
+            event["threads"] = thread_settings()
         except Exception as exc:
             event["error"] = _one_line(exc)
         _emit(out, event)

@@ -18,7 +18,7 @@ import gc
 import math
 import warnings
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from itertools import repeat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -141,6 +141,9 @@ class Measurement:
     synchronized: bool = False
     synchronize_overhead_ns: float = 0.0
     elapsed_s: float = 0.0
+    #: What the measured code said about itself (an operator's
+    #: :meth:`~d5core.levels.operators.Operator.details`, such as its timed layout).
+    details: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dictionary: raw samples, summary, options and timing method."""

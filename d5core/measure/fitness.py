@@ -11,11 +11,17 @@
 - memory pressure (``/proc/pressure/memory``) and available memory (``/proc/meminfo``);
 - the thread settings of the usual thread pools (environment variables, and what the
   framework plugins report through ``d5_thread_settings``: a framework is never
-  imported for it).
+  imported for it; :func:`thread_settings`).
 
 Every item that cannot be read is recorded in :attr:`MachineState.unavailable` with the
 reason, never guessed. :func:`assess` turns a pair of snapshots into one-line warnings.
 ``docs/measurement.md`` lists the thresholds and a checklist for a quiet machine.
+
+Frameworks compared side by side must run with the same number of threads, or the
+comparison measures parallelism as well as implementations. :data:`THREAD_COUNT_SETTINGS`
+says which setting is "the thread count" of each framework; :func:`thread_count` reads a
+backend's from the settings its worker processes reported, and
+:func:`thread_count_warning` flags backends whose counts differ.
 """
 
 from __future__ import annotations
@@ -31,16 +37,23 @@ from d5core.environment import THREAD_VARS
 from d5core.results.load import HIGH_LOAD_PER_CORE, LoadAverage
 
 __all__ = [
+    "BLAS_THREAD_SETTING",
     "MEMORY_AVAILABLE_LIMIT",
     "MEMORY_PRESSURE_LIMIT",
     "OTHER_CPU_LIMIT",
     "STEAL_LIMIT",
+    "THREAD_COUNT_SETTINGS",
     "THREAD_SETTINGS",
     "CpuTimes",
     "MachineState",
+    "ThreadCount",
     "assess",
     "competition",
+    "framework_of",
     "snapshot",
+    "thread_count",
+    "thread_count_warning",
+    "thread_settings",
 ]
 
 #: Share of the machine's CPU time other processes may use while measuring (10%).
@@ -62,6 +75,19 @@ THREAD_SETTINGS: tuple[str, ...] = (
     "MKL_DYNAMIC",
 )
 _GOVERNOR_OK = "performance"
+#: "The thread count" of a framework: the threads one operator may run on (its intra-op
+#: pool), read from this setting as the framework's plugin reports it through
+#: ``d5_thread_settings``. Keyed by the framework's plugin (the name of its ``d5.hooks``
+#: entry point; :func:`framework_of` finds it for a backend or an executor).
+THREAD_COUNT_SETTINGS: dict[str, str] = {
+    "torch": "torch.get_num_threads()",
+    "tensorflow": "tf.config.threading.intra_op_parallelism_threads",
+    "onnxruntime": "onnxruntime.SessionOptions.intra_op_num_threads",
+}
+#: The thread count of every other backend (numpy's, and those that compute with numpy):
+#: the threads of numpy's BLAS, which this variable sets; unset, BLAS starts one thread
+#: per usable core.
+BLAS_THREAD_SETTING = "OMP_NUM_THREADS"
 
 
 @dataclass(frozen=True)
@@ -219,11 +245,13 @@ def _memory_available(root: Path) -> float:
     return info["MemAvailable"] / info["MemTotal"]
 
 
-def _threads(environ: Mapping[str, str]) -> dict[str, str | None]:
-    """The thread environment variables, and the frameworks' own thread pools as their
-    plugins report them (``d5_thread_settings``; a framework not imported reports none)."""
+def thread_settings(environ: Mapping[str, str] | None = None) -> dict[str, str | None]:
+    """The thread environment variables (of ``environ``, ``os.environ`` by default), and
+    the frameworks' own thread pools as their plugins report them (``d5_thread_settings``;
+    a framework this process has not imported reports none)."""
     from d5core.plugins import get_plugin_manager
 
+    environ = os.environ if environ is None else environ
     threads: dict[str, str | None] = {var: environ.get(var) for var in THREAD_SETTINGS}
     for found in get_plugin_manager().hook.d5_thread_settings():
         if isinstance(found, Mapping):
@@ -274,7 +302,7 @@ def snapshot(
         turbo=attempt("turbo", _turbo, base),
         memory_pressure_avg10=attempt("memory_pressure", _memory_pressure, base),
         memory_available=attempt("memory_available", _memory_available, base),
-        threads=_threads(os.environ if environ is None else environ),
+        threads=thread_settings(environ),
         unavailable=unavailable,
     )
 
@@ -414,3 +442,150 @@ def assess(before: MachineState, after: MachineState, cores: int | None = None) 
     warnings += _memory_warnings(after)
     warnings += _thread_warnings(after, n, crowded)
     return warnings
+
+
+# -- the thread counts of frameworks compared side by side ---------------------------------
+
+
+def framework_of(group: str, name: str) -> str | None:
+    """The framework plugin behind entry ``name`` of ``group`` (a backend of
+    ``d5.operators``, an executor of ``d5.frameworks``): the name of the ``d5.hooks``
+    entry of the distribution that provides it, the key of
+    :data:`THREAD_COUNT_SETTINGS`; ``None`` for an unknown entry or one without hooks."""
+    from packaging.utils import canonicalize_name
+
+    from d5core.errors import PluginError
+    from d5core.plugins import get_plugin_manager
+    from d5core.plugins.groups import HOOKS_GROUP
+
+    manager = get_plugin_manager()
+    try:
+        distribution = canonicalize_name(manager.record(group, name).distribution)
+    except PluginError:
+        return None
+    hooks = sorted(
+        r.name
+        for r in manager.records
+        if r.group == HOOKS_GROUP.name and canonicalize_name(r.distribution) == distribution
+    )
+    return hooks[0] if hooks else None
+
+
+def _count(setting: str, reported: str | None, cores: int | None) -> int | None:
+    """The threads ``reported`` means: a positive number as it is; ``0`` (the framework
+    chooses) and an unset BLAS variable mean one thread per usable core (``cores``)."""
+    value = (reported or "").strip()
+    if value.isdigit() and int(value) > 0:
+        return int(value)
+    if value == "0" or (not value and setting == BLAS_THREAD_SETTING):
+        return cores
+    return None
+
+
+@dataclass(frozen=True)
+class ThreadCount:
+    """The thread count one backend (or executor) ran with, in each worker process that
+    measured it.
+
+    ``setting`` is the setting read (:data:`THREAD_COUNT_SETTINGS` for its
+    ``framework``, else :data:`BLAS_THREAD_SETTING`); ``reported`` its value as each
+    process reported it (``None``: not reported, or the variable unset); ``per_process``
+    the threads that value means there (``None``: unknown).
+    """
+
+    backend: str
+    framework: str | None
+    setting: str
+    reported: tuple[str | None, ...]
+    per_process: tuple[int | None, ...]
+
+    @property
+    def counts(self) -> list[int]:
+        """The distinct known counts, smallest first (one, unless processes differed)."""
+        return sorted({n for n in self.per_process if n is not None})
+
+    @property
+    def threads(self) -> int | None:
+        """The count, when every process that reported one agrees; else ``None``."""
+        counts = self.counts
+        return counts[0] if len(counts) == 1 else None
+
+    @property
+    def amount(self) -> str:
+        """``2 threads``, ``1 or 2 threads`` (processes differed), or ``an unknown number
+        of threads``."""
+        counts = self.counts
+        if not counts:
+            return "an unknown number of threads"
+        return f"{' or '.join(map(str, counts))} thread{'' if counts == [1] else 's'}"
+
+    @property
+    def source(self) -> str:
+        """Where the count comes from: the setting, and what an unset BLAS variable means."""
+        if self.setting == BLAS_THREAD_SETTING and all(r is None for r in self.reported):
+            return f"{self.setting} unset: one per usable core"
+        if not self.counts:
+            return f"{self.setting} not reported"
+        return self.setting
+
+    def describe(self) -> str:
+        """``torch 2 threads (torch.get_num_threads())``."""
+        return f"{self.backend} {self.amount} ({self.source})"
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dictionary of every field, with ``threads``."""
+        return {
+            "backend": self.backend,
+            "framework": self.framework,
+            "setting": self.setting,
+            "threads": self.threads,
+            "reported": list(self.reported),
+            "per_process": list(self.per_process),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ThreadCount:
+        """The count stored by :meth:`to_json`."""
+        return cls(
+            backend=str(data["backend"]),
+            framework=data.get("framework"),
+            setting=str(data["setting"]),
+            reported=tuple(data.get("reported") or ()),
+            per_process=tuple(data.get("per_process") or ()),
+        )
+
+
+def thread_count(
+    backend: str,
+    framework: str | None,
+    reports: Sequence[tuple[Mapping[str, str | None], int | None]],
+) -> ThreadCount:
+    """The thread count of ``backend``, whose framework plugin is ``framework``
+    (:func:`framework_of`), from what each worker process that measured it reported:
+    its :func:`thread_settings` after the backend's work, and the cores it could use."""
+    setting = THREAD_COUNT_SETTINGS.get(framework or "", BLAS_THREAD_SETTING)
+    reported = tuple(settings.get(setting) for settings, _ in reports)
+    return ThreadCount(
+        backend=backend,
+        framework=framework,
+        setting=setting,
+        reported=reported,
+        per_process=tuple(
+            _count(setting, value, cores)
+            for value, (_, cores) in zip(reported, reports, strict=True)
+        ),
+    )
+
+
+def thread_count_warning(counts: Sequence[ThreadCount]) -> str | None:
+    """One line when the backends compared side by side ran with different thread
+    counts, naming each count; ``None`` when they agree, or fewer than two are known."""
+    known = [c for c in counts if c.counts]
+    if len(known) < 2 or len({n for c in known for n in c.counts}) < 2:
+        return None
+    return (
+        "the compared backends ran with different thread counts: "
+        + ", ".join(c.describe() for c in known)
+        + f"; their times differ in parallelism too (give {BLAS_THREAD_SETTING} one value "
+        "for all)"
+    )

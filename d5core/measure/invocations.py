@@ -107,6 +107,8 @@ class PreparedJob:
     fn: Callable[[], object]
     setup: Callable[[], object] | None = None
     synchronize: Callable[[], None] | None = None
+    #: Stored with the measurement (:attr:`d5core.measure.engine.Measurement.details`).
+    details: Mapping[str, Any] = field(default_factory=dict)
 
 
 def job_target(kind: str) -> str:
@@ -147,7 +149,9 @@ class ProcessRun:
     ``round`` is the process's number (from 0), ``position`` the job's place in that
     round's order (from 0) among ``round_size`` jobs, and ``measurement`` what the engine
     returned there (store it with
-    :meth:`d5core.results.store.ResultsStore.add_measurement`).
+    :meth:`d5core.results.store.ResultsStore.add_measurement`). ``threads`` are the
+    process's thread settings after the job (:func:`d5core.measure.fitness.thread_settings`),
+    as the worker reported them.
     """
 
     job: int
@@ -156,6 +160,7 @@ class ProcessRun:
     position: int
     round_size: int
     measurement: Measurement
+    threads: dict[str, str | None] = field(default_factory=dict)
 
     @property
     def samples(self) -> list[float]:
@@ -170,6 +175,7 @@ class ProcessRun:
             "pid": self.pid,
             "position": self.position,
             "round_size": self.round_size,
+            "threads": dict(self.threads),
             **self.measurement.to_json(),
         }
 
@@ -378,6 +384,9 @@ def _process_run(event: Mapping[str, Any], index: int, pid: int, size: int) -> P
         position=int(event["position"]),
         round_size=size,
         measurement=_measurement(event["measurement"]),
+        threads={
+            str(k): None if v is None else str(v) for k, v in event.get("threads", {}).items()
+        },
     )
 
 

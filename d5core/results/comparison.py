@@ -5,9 +5,10 @@ and labels and judges each pair between worker processes (:mod:`d5core.measure.n
 the ratio of the medians of process medians with its interval, Welch's t-test on the log
 process medians and a verdict (better, worse or same) by the direction each quantity
 declares, called only above the noise floor of the runs' machines. Scalar metrics (one
-value per run) are set side by side with an untested verdict. The environments and the
-machine's load are compared too. ``d5 results compare`` renders the result; its
-``--json`` prints :meth:`Comparison.to_json` (``docs/json.md``).
+value per run) are set side by side with an untested verdict. The environments, the
+machine's load and the thread count each backend ran with are compared too. ``d5 results
+compare`` renders the result; its ``--json`` prints :meth:`Comparison.to_json`
+(``docs/json.md``).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from d5core.results.load import load_difference, run_load_warnings
 from d5core.results.store import MeasurementRecord, MetricRecord, ResultsStore, RunRecord
 
 if TYPE_CHECKING:
+    from d5core.measure.fitness import ThreadCount
     from d5core.measure.nested import NestedSummary
 
 __all__ = ["Comparison", "compare_runs"]
@@ -276,6 +278,45 @@ def _load_report(a: RunRecord, b: RunRecord) -> dict[str, Any]:
     return {"baseline": loads(a), "candidate": loads(b), "warnings": warnings}
 
 
+def _thread_counts(run: RunRecord) -> dict[str, ThreadCount]:
+    """The thread count of each backend or executor of ``run``, as ``d5 bench`` stored
+    it (none for runs of other commands, or stored by an older d5)."""
+    from d5core.measure.fitness import ThreadCount
+
+    fitness = run.config.get("fitness")
+    stored = fitness.get("thread_counts") if isinstance(fitness, Mapping) else None
+    if not isinstance(stored, Mapping):
+        return {}
+    counts = {}
+    for name, data in stored.items():
+        try:
+            counts[str(name)] = ThreadCount.from_json(data)
+        except (KeyError, TypeError, ValueError):
+            continue  # not a count this d5 can read: nothing to compare
+    return counts
+
+
+def _thread_report(a: RunRecord, b: RunRecord) -> dict[str, Any]:
+    """Both runs' thread counts by backend, and a warning for each backend that ran with
+    a different count in the candidate than in the baseline."""
+    ca, cb = _thread_counts(a), _thread_counts(b)
+    warnings = []
+    for name in sorted(set(ca) & set(cb)):
+        base, cand = ca[name], cb[name]
+        if not base.counts or not cand.counts or base.counts == cand.counts:
+            continue
+        how = base.source if base.source == cand.source else f"{base.source} vs {cand.source}"
+        warnings.append(
+            f"{name} ran with {base.amount} in baseline {a.id} and {cand.amount} in "
+            f"candidate {b.id} ({how}): a change may come from the thread count"
+        )
+    return {
+        "baseline": {name: count.to_json() for name, count in ca.items()},
+        "candidate": {name: count.to_json() for name, count in cb.items()},
+        "warnings": warnings,
+    }
+
+
 @dataclass
 class Comparison:
     """The outcome of :func:`compare_runs`."""
@@ -294,6 +335,9 @@ class Comparison:
     environment_differences: list[str]
     #: Both runs' load averages and the warnings about them.
     load: dict[str, Any]
+    #: Both runs' thread counts by backend (``d5 bench`` runs), and a warning for each
+    #: backend whose count differs between them.
+    threads: dict[str, Any]
     #: One row per measurement found in both runs.
     comparisons: list[dict[str, Any]]
     only_in_baseline: list[dict[str, Any]]
@@ -323,6 +367,7 @@ class Comparison:
                 f"({shown or 'fingerprints differ'}); differences may come from the environment"
             )
         found += self.load["warnings"]
+        found += self.threads["warnings"]
         if not self.comparisons and not self.metrics:
             found.append(f"runs {a.id} and {b.id} have no measurement or metric in common")
         return found
@@ -343,6 +388,7 @@ class Comparison:
             "same_environment": self.same_environment,
             "environment_differences": self.environment_differences,
             "load": self.load,
+            "threads": self.threads,
             "comparisons": self.comparisons,
             "only_in_baseline": self.only_in_baseline,
             "only_in_candidate": self.only_in_candidate,
@@ -389,6 +435,7 @@ def compare_runs(
         same_environment=same_env,
         environment_differences=[] if same_env else environment_differences(env_a, env_b),
         load=_load_report(a, b),
+        threads=_thread_report(a, b),
         comparisons=_measurement_rows(ga, gb, level, floor["value"]),
         only_in_baseline=[{"metric": k[0], "labels": json.loads(k[1])} for k in ga if k not in gb],
         only_in_candidate=[{"metric": k[0], "labels": json.loads(k[1])} for k in gb if k not in ga],

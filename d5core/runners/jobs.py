@@ -13,6 +13,8 @@ Back in the parent, :func:`gather` turns a job's runs in several processes into 
 one, so that :class:`~d5core.runners.operators.OperatorTiming` and
 :class:`~d5core.runners.networks.NetworkTiming` report GFLOP/s and throughput from the
 median of process medians, and :func:`stored_summary` gives the summary to store.
+:func:`thread_counts` reads, from what the workers reported, the thread count each
+backend or executor ran with.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from d5core.measure.engine import Measurement
-from d5core.measure.invocations import JobResult, PreparedJob
+from d5core.measure.fitness import ThreadCount, framework_of, thread_count
+from d5core.measure.invocations import Invocations, JobResult, PreparedJob, ProcessRun
 from d5core.measure.nested import NestedSummary, summarize_nested
 from d5core.measure.stats import Summary, summarize
 from d5core.workloads.problems import InputSpec, Problem
@@ -40,6 +43,7 @@ __all__ = [
     "problem_from_json",
     "problem_to_json",
     "stored_summary",
+    "thread_counts",
     "within_noise",
 ]
 
@@ -113,7 +117,21 @@ def op_job(
     inputs = made.make_inputs(dtype, seed)
     operator = build_operator(backend_by_name(backend), made, dtype, inputs)
     fn = prepare(operator, direction, inputs, seed)
-    return PreparedJob(fn=fn, synchronize=synchronizer_for(operator.device))
+    return PreparedJob(
+        fn=fn, synchronize=synchronizer_for(operator.device), details=operator_details(operator)
+    )
+
+
+def operator_details(operator: Any) -> dict[str, Any]:
+    """``operator.details()`` as a plain dict; empty for an operator without the method
+    (one written before plugin API 1.2) or when it raises (the timing is still good)."""
+    found = getattr(operator, "details", None)
+    if not callable(found):
+        return {}
+    try:
+        return dict(found())
+    except Exception:
+        return {}
 
 
 def net_job(model: str, executor: str, batch: int | None, mode: str, seed: int) -> PreparedJob:
@@ -238,4 +256,33 @@ def within_noise(medians: Mapping[str, float], floor: float | None) -> dict[str,
             if other != name and max(value, median) / min(value, median) - 1.0 < floor
         ]
         for name, median in medians.items()
+    }
+
+
+def thread_counts(outcome: Invocations, group: str, argument: str) -> dict[str, ThreadCount]:
+    """The thread count (:class:`~d5core.measure.fitness.ThreadCount`) each backend or
+    executor ran with, by name, from the settings its worker processes reported.
+
+    :param group: the entry-point group the names belong to (``d5.operators`` for
+        ``d5 bench op``, ``d5.frameworks`` for ``d5 bench net``).
+    :param argument: the job argument that names the backend (``backend``, ``executor``).
+
+    A process that measured several jobs of one backend counts once, with the settings
+    it reported after the last of them.
+    """
+    cores = {r.index: None if r.cpus is None else len(r.cpus) for r in outcome.rounds}
+    latest: dict[str, dict[int, ProcessRun]] = {}
+    for result in outcome.jobs:
+        by_round = latest.setdefault(str(result.job.args[argument]), {})
+        for run in result.runs:
+            seen = by_round.get(run.round)
+            if seen is None or run.position > seen.position:
+                by_round[run.round] = run
+    return {
+        name: thread_count(
+            name,
+            framework_of(group, name),
+            [(run.threads, cores.get(index)) for index, run in sorted(by_round.items())],
+        )
+        for name, by_round in latest.items()
     }

@@ -403,6 +403,7 @@ def bench_ops(
         tensors do not fit in memory.
     """
     from d5core.measure.engine import measure, synchronizer_for
+    from d5core.runners.jobs import operator_details
     from d5core.workloads.roofline import cpu_peak
 
     check_bench_request(problems, backends, dtype)
@@ -424,6 +425,7 @@ def bench_ops(
                     name=f"{name} {problem.label} {direction}",
                     synchronize=synchronizer_for(operator.device),
                 )
+                m.details = operator_details(operator)
                 timing = timing_of(
                     problem, name, direction, dtype, m, device=operator.device,
                     peak_gflops=peak_gflops,

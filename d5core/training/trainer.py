@@ -253,6 +253,15 @@ def native_capable(executor: Any, optimizer: Any) -> bool:
     )
 
 
+def _count_correct(logits: Any, labels: Any) -> int:
+    """Correct predictions of a step, in the framework's tensors when they have torch's
+    ``argmax``/``sum``/``item``, else through numpy (one host sync either way)."""
+    try:
+        return int((logits.argmax(-1) == labels).sum().item())
+    except AttributeError:
+        return int(np.sum(np.argmax(np.asarray(logits), axis=-1) == np.asarray(labels)))
+
+
 def _first_input(executor: Any) -> str:
     network = getattr(executor, "network", None)
     for info in getattr(network, "inputs", ()):
@@ -517,12 +526,14 @@ class Trainer:
             loss = float(value.item())
         except (RuntimeError, ValueError):  # a loss of several elements: the first
             loss = float(value.reshape(-1)[0].item())
+        except AttributeError:  # a tensor without .item() (TensorFlow's): through numpy
+            loss = float(np.asarray(value).reshape(-1)[0])
         correct: int | None = None
         counter = self._counting
         if counter is not None:
             counter.add(outputs[self.logits], feeds["labels"])
         elif per_step:
-            correct = int((outputs[self.logits].argmax(-1) == feeds["labels"]).sum().item())
+            correct = _count_correct(outputs[self.logits], feeds["labels"])
         if math.isfinite(loss):
             optimizer.native_step(grads)  # type: ignore[attr-defined]
             if self._apply_stats is not None:

@@ -15,7 +15,7 @@ import d5core.api as api
 from d5core import PLUGIN_API_VERSION
 
 #: The plugin API version this surface was pinned at.
-PINNED_VERSION = "1.1"
+PINNED_VERSION = "1.2"
 #: Every public name of d5core.api. Changing the surface is a deliberate edit of this
 #: list and of d5core/_version.py: a name added bumps PLUGIN_API_VERSION's minor number,
 #: one removed or renamed its major number (docs/plugins/README.md, "The plugin API").
@@ -32,6 +32,14 @@ SURFACE = {
     # level 0
     "OperatorBackend", "Operator", "TensorDescriptor", "validate_operator",
     "compare_outputs", "gradcheck", "default_grad_outputs",
+    "InputSlot", "DescribedInput", "match_input_slots", "check_float_dtypes", "check_rank",
+    "slot_has_no_gradient", "is_integer_dtype", "check_attribute_names",
+    "int_list_attribute", "integer_values", "normalize_axes", "reshape_target",
+    "flatten_target", "transpose_perm", "check_concat_shapes", "squeeze_axes",
+    "unsqueeze_axes", "SpatialWindow", "spatial_window", "check_auto_pad",
+    "conv_window", "conv_transpose_window", "TransposedWindow", "average_pool_divisors",
+    "gemm_output_shape", "check_per_channel", "check_scalar_input", "dropout_ratio",
+    "check_class_labels", "onnx_signature", "OperatorSignature", "SlottedOperator",
     # level 1
     "GraphExecutor", "Network", "node_attributes", "constant_value", "legacy_broadcast",
     "legacy_broadcast_shape", "AUTO_PADS", "resolve_pads",

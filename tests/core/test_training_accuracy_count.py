@@ -79,3 +79,28 @@ def test_nothing_is_counted_when_no_metric_reads_the_accuracy(counter: bool, met
     if metrics:  # the steps are still published, with their loss and batch size
         assert len(result.metrics["loss_curve"]["curve"]) == 7
         assert result.metrics["throughput"]["samples"] == SIZE
+
+
+class _ArrayOnly:
+    """A tensor with no torch-style methods, only ``__array__`` (as TensorFlow's)."""
+
+    def __init__(self, value: Any) -> None:
+        self._value = value
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> Any:
+        import numpy as np
+
+        return np.asarray(self._value, dtype=dtype)
+
+
+class _ArrayOnlyExecutor(Executor):
+    def native_train_step(self, feeds: Any, loss: str) -> Any:
+        outputs, grads = super().native_train_step(feeds, loss)
+        return {k: _ArrayOnly(v) for k, v in outputs.items()}, grads
+
+
+def test_tensors_without_item_are_read_through_numpy():
+    plain, _, _ = _run(Executor(counter=False))
+    wrapped, _, _ = _run(_ArrayOnlyExecutor(counter=False))
+    assert wrapped.losses == plain.losses
+    assert wrapped.metrics["training_accuracy"] == plain.metrics["training_accuracy"]

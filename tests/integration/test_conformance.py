@@ -183,7 +183,7 @@ def test_recorded_baseline_covers_onnxruntime() -> None:
     assert "test_relu" in entry["passing"]
 
 
-@pytest.mark.parametrize("executor", ["onnxruntime", "numpy", "torch"])
+@pytest.mark.parametrize("executor", ["onnxruntime", "numpy", "torch", "tensorflow"])
 def test_pass_count_does_not_fall_below_the_checked_in_baseline(executor, d5_cli) -> None:
     baseline = Path(__file__).resolve().parents[2] / "conformance" / "baseline.json"
     result = d5_cli("conformance", executor, "--baseline", str(baseline), "--no-failures")

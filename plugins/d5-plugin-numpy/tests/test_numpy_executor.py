@@ -18,18 +18,7 @@ from d5core.errors import UsageError
 from d5core.networks import zoo
 from d5core.networks.network import Network
 from d5core.testing.networks import cnn, feeds_for, float64_model, legacy, light, mlp
-
-LIGHT_MODELS = [
-    "resnet50",
-    "squeezenet",
-    "bvlc_alexnet",
-    "densenet121",
-    "inception_v1",
-    "inception_v2",
-    "shufflenet",
-    "vgg19",
-    "zfnet512",
-]
+from d5core.testing.reference_agreement import LIGHT_MODELS
 
 
 def _zoo_models() -> list[tuple[str, onnx.ModelProto | None]]:

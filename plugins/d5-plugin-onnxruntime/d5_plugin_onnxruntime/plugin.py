@@ -6,14 +6,15 @@ The hooks import it when they are called.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from typing import Any
 
 from d5core.api import hookimpl
 
-__all__ = ["d5_environment_info", "d5_plugin_api", "d5_plugin_check"]
+__all__ = ["d5_environment_info", "d5_plugin_api", "d5_plugin_check", "d5_thread_settings"]
 
-d5_plugin_api = ">=1.0,<2"
+d5_plugin_api = ">=1.1,<2"
 
 
 @hookimpl
@@ -30,6 +31,19 @@ def d5_environment_info() -> Mapping[str, Any]:
         "graph_optimization_level": str(options.graph_optimization_level).rsplit(".", 1)[-1],
         "intra_op_num_threads": options.intra_op_num_threads,
         "inter_op_num_threads": options.inter_op_num_threads,
+    }
+
+
+@hookimpl
+def d5_thread_settings() -> Mapping[str, str] | None:
+    if "onnxruntime" not in sys.modules:  # never import onnxruntime to answer
+        return None
+    from d5_plugin_onnxruntime.executor import default_session_options
+
+    options = default_session_options()  # what every executor's session gets
+    return {
+        "onnxruntime.SessionOptions.intra_op_num_threads": str(options.intra_op_num_threads),
+        "onnxruntime.SessionOptions.inter_op_num_threads": str(options.inter_op_num_threads),
     }
 
 

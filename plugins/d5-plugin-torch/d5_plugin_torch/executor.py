@@ -288,29 +288,38 @@ class _Translator:
         ta, tb = int(a.get("transA", 0)), int(a.get("transB", 0))
 
         def gemm(x: Tensor, w: Tensor, c: Tensor | None = None) -> tuple[Tensor]:
-            y = (x.t() if ta else x) @ (w.t() if tb else w)
-            if alpha != 1.0:
-                y = alpha * y
-            if c is not None:
-                y = y + (c if beta == 1.0 else beta * c)
-            return (y,)
+            x, w = (x.t() if ta else x), (w.t() if tb else w)
+            if c is not None:  # one fused kernel: beta * c + alpha * (x @ w)
+                return (torch.addmm(c, x, w, beta=beta, alpha=alpha),)
+            y = x @ w
+            return (y if alpha == 1.0 else alpha * y,)
 
         return gemm, [i for i in node.input if i]
 
     def op_Conv(self, node: onnx.NodeProto, a: dict[str, Any]) -> tuple[Fn, list[str]]:
         group = int(a.get("group", 1))
 
+        # The geometry is worked out once per pair of input shapes, not on every call.
+        plans: dict[tuple[Any, Any], tuple[Any, ...]] = {}
+
         def conv(x: Tensor, w: Tensor, b: Tensor | None = None) -> tuple[Tensor]:
-            n = w.dim() - 2
-            kernel = list(a.get("kernel_shape") or w.shape[2:])
-            pads = _spatial_pads(a, kernel, x.shape)
-            sym = _symmetric(pads)
-            if sym is None:
-                x, sym = F.pad(x, _torch_pad(pads)), [0] * n
-            return (
-                _CONV[n](x, w, b, list(a.get("strides") or [1] * n), sym,
-                         list(a.get("dilations") or [1] * n), group),
-            )  # fmt: skip
+            plan = plans.get((x.shape, w.shape))
+            if plan is None:
+                n = w.dim() - 2
+                kernel = list(a.get("kernel_shape") or w.shape[2:])
+                pads = _spatial_pads(a, kernel, x.shape)
+                sym = _symmetric(pads)
+                plan = plans[(x.shape, w.shape)] = (
+                    None if sym is not None else _torch_pad(pads),
+                    sym if sym is not None else [0] * n,
+                    list(a.get("strides") or [1] * n),
+                    list(a.get("dilations") or [1] * n),
+                    _CONV[n],
+                )
+            pad, sym, strides, dilations, fn = plan
+            if pad is not None:
+                x = F.pad(x, pad)
+            return (fn(x, w, b, strides, sym, dilations, group),)
 
         return conv, [i for i in node.input if i]
 
@@ -366,15 +375,24 @@ class _Translator:
         n = len(kernel)
         ceil = bool(int(a.get("ceil_mode", 0)))
 
+        strides = list(a.get("strides") or [1] * n)
+        dilations = list(a.get("dilations") or [1] * n)
+        plans: dict[Any, tuple[list[int] | None, list[int]]] = {}  # by input shape
+
         def maxpool(x: Tensor) -> tuple[Tensor]:
-            pads = _spatial_pads(a, kernel, x.shape)
-            sym = _symmetric(pads)
-            if sym is None or any(2 * p > k for p, k in zip(sym, kernel, strict=True)):
-                x, sym = F.pad(x, _torch_pad(pads), value=-math.inf), [0] * n
-            return (
-                _MAXPOOL[n](x, kernel, list(a.get("strides") or [1] * n), sym,
-                            list(a.get("dilations") or [1] * n), ceil),
-            )  # fmt: skip
+            plan = plans.get(x.shape)
+            if plan is None:
+                pads = _spatial_pads(a, kernel, x.shape)
+                sym = _symmetric(pads)
+                if sym is None or any(2 * p > k for p, k in zip(sym, kernel, strict=True)):
+                    plan = (_torch_pad(pads), [0] * n)
+                else:
+                    plan = (None, sym)
+                plans[x.shape] = plan
+            pad, sym = plan
+            if pad is not None:
+                x = F.pad(x, pad, value=-math.inf)
+            return (_MAXPOOL[n](x, kernel, strides, sym, dilations, ceil),)
 
         return maxpool, [node.input[0]]
 
@@ -390,10 +408,17 @@ class _Translator:
             )
         strides = list(a.get("strides") or [1] * n)
 
+        plans: dict[Any, tuple[list[int], list[int] | None]] = {}  # by input shape
+
         def avgpool(x: Tensor) -> tuple[Tensor]:
-            pads = _spatial_pads(a, kernel, x.shape)
-            sym = _symmetric(pads)
-            if sym is not None and all(2 * p <= k for p, k in zip(sym, kernel, strict=True)):
+            plan = plans.get(x.shape)
+            if plan is None:
+                pads = _spatial_pads(a, kernel, x.shape)
+                sym = _symmetric(pads)
+                fits = sym is not None and all(2 * p <= k for p, k in zip(sym, kernel, strict=True))
+                plan = plans[x.shape] = (pads, sym if fits else None)
+            pads, sym = plan
+            if sym is not None:
                 return (_AVGPOOL[n](x, kernel, strides, sym, ceil, include),)
             padded = F.pad(x, _torch_pad(pads))
             total = _AVGPOOL[n](padded, kernel, strides, 0, ceil, True)
@@ -420,6 +445,22 @@ class _Translator:
         stats = self.ex.running_stats
 
         def bn_train(x: Tensor, s: Tensor, b: Tensor, mu: Tensor, var: Tensor) -> tuple[Tensor]:
+            n = x.numel() // x.shape[1]
+            if n < 2:  # one value per channel: torch's unbiased running variance is undefined
+                return bn_by_parts(x, s, b, mu, var)
+            # torch's fused kernel (forward and backward) normalises with the biased batch
+            # variance, as ONNX does, and updates copies of the running statistics:
+            # new = (1 - t) * old + t * batch with t = 1 - momentum, but with the
+            # *unbiased* batch variance, which is rescaled below to ONNX's biased one.
+            run_mean, run_var = mu.detach().clone(), var.detach().clone()
+            y = F.batch_norm(x, run_mean, run_var, s, b, True, 1.0 - m, eps)
+            with torch.no_grad():
+                kept = m * var.detach()
+                stats[names[3]] = run_mean
+                stats[names[4]] = kept + (run_var - kept) * ((n - 1) / n)
+            return (y,)
+
+        def bn_by_parts(x: Tensor, s: Tensor, b: Tensor, mu: Tensor, var: Tensor) -> tuple[Tensor]:
             axes = [0, *range(2, x.dim())]
             shape = [1, -1] + [1] * (x.dim() - 2)
             bmean = x.mean(dim=axes)

@@ -3,90 +3,25 @@ small and zoo networks, the onnx package's light models, errors, events, prepare
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pytest
 import torch
-from d5_plugin_numpy import executor as reference
 from d5_plugin_torch.executor import TorchExecutor
 from onnx import TensorProto, helper
 
 from d5core.bus import GRAPH_NODE, use_bus
 from d5core.errors import UsageError
-from d5core.networks import zoo
 from d5core.networks.network import Network
-from d5core.testing.networks import cnn, feeds_for, float64_model, legacy, light, mlp
-
-LIGHT_MODELS = [
-    "resnet50",
-    "squeezenet",
-    "bvlc_alexnet",
-    "densenet121",
-    "inception_v1",
-    "inception_v2",
-    "shufflenet",
-    "vgg19",
-    "zfnet512",
-]
+from d5core.testing.networks import cnn, feeds_for, mlp
+from d5core.testing.reference_agreement import ReferenceAgreementTests
 
 
-def _compare(net, feeds: dict[str, np.ndarray], loss: str | None, rel: float = 2e-3) -> None:
-    ref, ex = reference.NumpyExecutor(net), TorchExecutor(net)
-    want, got = ref.inference(feeds), ex.inference(feeds)
-    for name, w in want.items():
-        np.testing.assert_allclose(got[name], w, rtol=1e-4, atol=1e-5, err_msg=name)
-    if loss is None:
-        return
-    (w_out, w_grads), (g_out, g_grads) = (
-        ref.inference_and_backprop(feeds, loss),
-        ex.inference_and_backprop(feeds, loss),
-    )
-    np.testing.assert_allclose(g_out[loss], w_out[loss], rtol=1e-4, atol=1e-5)
-    assert set(g_grads) == set(w_grads)
-    for name, w in w_grads.items():
-        err = float(np.linalg.norm(g_grads[name] - w))
-        assert err <= rel * float(np.linalg.norm(w)) + 1e-6, (name, err)
-    for name, value in ref.running_stats.items():
-        np.testing.assert_allclose(ex.running_stats[name].numpy(), value, rtol=1e-4, atol=1e-5)
+class TestTorchExecutorAgreesWithTheReference(ReferenceAgreementTests):
+    """Outputs, gradients and running statistics on small, zoo and light models."""
 
-
-@pytest.mark.parametrize("build", [mlp, cnn, legacy], ids=["mlp", "cnn", "legacy"])
-def test_matches_numpy_executor(build) -> None:
-    model = build()
-    loss = "loss" if any(o.name == "loss" for o in model.graph.output) else None
-    _compare(model, feeds_for(model), loss)
-
-
-@pytest.mark.parametrize("name", ["mlp", "lenet5", "resnet20", "vgg"])
-def test_zoo_matches_numpy_executor(name: str) -> None:
-    net = Network(zoo.ZOO[name](batch=2))
-    loss = net.add_loss(net.outputs[0].name)
-    rng = np.random.default_rng(0)
-    feeds = {}
-    for v in net.inputs:
-        shape = [d if isinstance(d, int) and d > 0 else 2 for d in v.shape]
-        feeds[v.name] = (
-            rng.integers(0, 10, shape).astype(np.int64)
-            if v.name == "labels"
-            else rng.standard_normal(shape).astype(np.float32)
-        )
-    _compare(net, feeds, None)
-    # gradients in float64: through deep batch-2 BatchNormalization in training mode,
-    # float32 rounding alone moves resnet20's first gradients by ~1% (relative L2)
-    net64 = Network(float64_model(net.model), check=False)
-    feeds64 = {k: v.astype(np.float64) if v.dtype == np.float32 else v for k, v in feeds.items()}
-    _compare(net64, feeds64, loss, rel=1e-9)
-
-
-@pytest.mark.parametrize("name", LIGHT_MODELS)
-def test_light_models_match_expected_output(name: str) -> None:
-    model, feeds, expected = light(name)
-    start = time.perf_counter()
-    out = TorchExecutor(model).inference(feeds)
-    assert time.perf_counter() - start < 30
-    (got,) = out.values()
-    np.testing.assert_allclose(got, expected, rtol=1e-3, atol=1e-4)
+    executor = TorchExecutor
+    exact_dtypes = False
+    light_model_seconds = 30.0
 
 
 def test_unsupported_operator_is_one_line_usage_error() -> None:

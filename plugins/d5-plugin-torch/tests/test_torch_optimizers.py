@@ -10,59 +10,20 @@ import torch
 from d5_plugin_torch.optimizers import TorchOptimizer
 
 from d5core.errors import UsageError
-from d5core.levels.training import Optimizer
-from d5core.plugins import get_plugin_manager
-
-CASES: list[tuple[str, dict[str, Any]]] = [
-    ("sgd", {"lr": 0.1}),
-    ("momentum", {"lr": 0.1, "momentum": 0.8}),
-    ("nesterov", {"lr": 0.1}),
-    ("adam", {"lr": 0.01, "beta1": 0.8}),
-    ("adamw", {"lr": 0.01, "weight_decay": 0.1}),
-    ("adagrad", {"lr": 0.1, "initial_accumulator": 0.2}),
-    ("rmsprop", {"lr": 0.01}),
-    ("rmsprop", {"lr": 0.01, "momentum": 0.5, "centered": True}),
-]
-IDS = [f"{n}-{i}" for i, (n, _) in enumerate(CASES)]
+from d5core.testing.optimizers import (
+    CASES,
+    IDS,
+    OptimizerReferenceTests,
+    lr_at,
+    reference_run,
+)
+from d5core.testing.optimizers import gradients as _gradients
+from d5core.testing.optimizers import load_optimizer as _load
+from d5core.testing.optimizers import parameters as _params
 
 
-def _load(name: str) -> type[Optimizer]:
-    cls: type[Optimizer] = get_plugin_manager().load("d5.optimizers", name)
-    return cls
-
-
-def _gradients(steps: int) -> list[dict[str, np.ndarray]]:
-    rng = np.random.default_rng(7)
-    return [{"w": rng.normal(size=(3, 2)), "b": rng.normal(size=4)} for _ in range(steps)]
-
-
-def _params() -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(1)
-    return {"w": rng.normal(size=(3, 2)), "b": rng.normal(size=4)}
-
-
-def _reference(
-    name: str, hyper: dict[str, Any], grads: list[dict[str, np.ndarray]]
-) -> dict[str, np.ndarray]:
-    opt, params = _load(name)(**hyper), _params()
-    for i, g in enumerate(grads):
-        opt.lr = hyper["lr"] * (1 - 0.1 * i)  # a schedule changes lr between steps
-        opt.step(params, g)
-    return params
-
-
-@pytest.mark.parametrize(("name", "hyper"), CASES, ids=IDS)
-def test_torch_optimizer_on_numpy_matches_the_reference_over_five_steps(
-    name: str, hyper: dict[str, Any]
-) -> None:
-    grads = _gradients(5)
-    expected = _reference(name, hyper, grads)
-    opt, params = _load(f"torch-{name}")(**hyper), _params()
-    for i, g in enumerate(grads):
-        opt.lr = hyper["lr"] * (1 - 0.1 * i)
-        opt.step(params, g)
-    for k in params:
-        np.testing.assert_allclose(params[k], expected[k], rtol=1e-12, atol=1e-14)
+class TestTorchOptimizersMatchTheReference(OptimizerReferenceTests):
+    prefix = "torch-"
 
 
 class _FakeExecutor:
@@ -80,11 +41,11 @@ def test_torch_optimizer_native_step_matches_the_reference_over_five_steps(
     name: str, hyper: dict[str, Any]
 ) -> None:
     grads = _gradients(5)
-    expected = _reference(name, hyper, grads)
+    expected, _ = reference_run(name, hyper, grads)
     opt, ex = _load(f"torch-{name}")(**hyper), _FakeExecutor()
     opt.bind(ex)
     for i, g in enumerate(grads):
-        opt.lr = hyper["lr"] * (1 - 0.1 * i)
+        opt.lr = lr_at(hyper, i)
         native = {k: torch.from_numpy(v) for k, v in g.items()}
         opt.native_step(native if i % 2 else [native["w"], native["b"]])
     for k, t in ex.tensors.items():

@@ -14,12 +14,21 @@ from __future__ import annotations
 from abc import abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import Any
 
 import numpy as np
 import torch
 
-from d5core.api import Operator, TensorDescriptor, UsageError
+from d5core.api import (
+    DescribedInput,
+    InputSlot,
+    SlottedOperator,
+    TensorDescriptor,
+    UsageError,
+    check_attribute_names,
+    check_float_dtypes,
+    match_input_slots,
+)
 
 __all__ = [
     "FLOAT_DTYPES",
@@ -40,24 +49,8 @@ Kernel = Callable[..., tuple[torch.Tensor, ...]]
 _TORCH_ERRORS = (RuntimeError, IndexError, ValueError)
 
 
-@dataclass(frozen=True)
-class Slot:
-    """One input of an operator, as ONNX names it.
-
-    ``kind`` says what the backend does with it: ``"float"`` inputs become floating
-    tensors passed to the kernel (and get gradients when ``differentiable``); ``"index"``
-    inputs become int64 tensors passed to the kernel (class labels); ``"static"`` inputs
-    (shapes, axes, a dropout ratio) are read when the kernel is built and never reach it.
-    """
-
-    name: str
-    kind: Literal["float", "index", "static"] = "float"
-    optional: bool = False
-    #: The slot takes all remaining inputs (``Sum``, ``Concat``); only the last slot.
-    variadic: bool = False
-    differentiable: bool = True
-    #: A ``"static"`` input that must hold integers (a shape, axes).
-    integer: bool = False
+#: One input of an operator, as ONNX names it (:class:`d5core.api.InputSlot`).
+Slot = InputSlot
 
 
 @dataclass(frozen=True)
@@ -127,7 +120,7 @@ class _Bound:
     shapes: tuple[tuple[int, ...] | None, ...]
 
 
-class TorchOperator(Operator):
+class TorchOperator(SlottedOperator):
     """An ONNX operator run by PyTorch on one device.
 
     Subclasses set :attr:`slots` and :attr:`attribute_defaults`, check their attributes in
@@ -135,22 +128,11 @@ class TorchOperator(Operator):
     computation from :meth:`build`.
     """
 
-    #: The inputs, in ONNX order.
-    slots: ClassVar[tuple[Slot, ...]] = ()
-    #: Every attribute the operator understands, with the ONNX default (``None``: none).
-    attribute_defaults: ClassVar[Mapping[str, Any]] = {}
-
     def __init__(
         self, attributes: Mapping[str, Any] | None = None, *, device: str | torch.device = "cpu"
     ) -> None:
         super().__init__(attributes)
-        unknown = sorted(set(self.attributes) - set(self.attribute_defaults))
-        if unknown:
-            known = ", ".join(sorted(self.attribute_defaults)) or "none"
-            raise UsageError(
-                f"{self.op_type}: unknown attribute {', '.join(map(repr, unknown))}; "
-                f"it takes: {known}"
-            )
+        check_attribute_names(self.op_type, self.attributes, self.attribute_defaults)
         self.torch_device = resolve_device(device)
         self.device = str(self.torch_device)
         self.configure()
@@ -178,66 +160,11 @@ class TorchOperator(Operator):
 
     # -- helpers for subclasses ---------------------------------------------
 
-    def attr(self, name: str) -> Any:
-        """The attribute ``name``, or its ONNX default."""
-        value = self.attributes.get(name, self.attribute_defaults[name])
-        return value.decode() if isinstance(value, bytes) else value
-
-    def ints(self, name: str) -> list[int] | None:
-        """An integer-list attribute, or ``None`` when neither given nor defaulted."""
-        value = self.attr(name)
-        if value is None:
-            return None
-        try:
-            return [int(v) for v in value]
-        except (TypeError, ValueError):
-            raise UsageError(
-                f"{self.op_type}: attribute {name!r} must be a list of integers, got {value!r}"
-            ) from None
-
-    def fail(self, message: str) -> UsageError:
-        """A ``UsageError`` whose message starts with the operator type."""
-        return UsageError(f"{self.op_type}: {message}")
-
-    def require_rank(
-        self,
-        sig: Signature,
-        index: int,
-        ranks: Sequence[int] = (),
-        *,
-        at_least: int = 0,
-        what: str = "",
-    ) -> tuple[int, ...]:
-        """The shape of input ``index``, whose rank must be one of ``ranks`` (when given)
-        and at least ``at_least``; ``what`` describes the expected axes."""
-        shape = sig.shapes[index]
-        assert shape is not None
-        if (ranks and len(shape) not in ranks) or len(shape) < at_least:
-            if ranks:
-                *others, last = (str(r) for r in ranks)
-                expected = f"rank {', '.join(others)} or {last}" if others else f"rank {last}"
-            else:
-                expected = f"rank {at_least} or more"
-            detail = f" {what}" if what else ""
-            raise self.fail(
-                f"input {sig.slots[index].name} must have {expected}{detail}, "
-                f"got shape {_fmt(shape)}"
-            )
-        return shape
+    def format_shape(self, shape: Sequence[int]) -> str:
+        """Shapes in messages read ``(2, 3)``, ``(5)`` or ``()``."""
+        return _fmt(shape)
 
     # -- Operator -------------------------------------------------------------
-
-    def declares_no_gradient(self, index: int) -> bool:
-        """Whether input ``index`` has no gradient by design: besides the declarations of
-        :class:`~d5core.api.Operator`, an input in a ``"static"`` or
-        ``"index"`` slot or in one marked not ``differentiable``."""
-        if super().declares_no_gradient(index):
-            return True
-        slots = self.slots
-        if not slots or (index >= len(slots) and not slots[-1].variadic):
-            return False
-        slot = slots[min(index, len(slots) - 1)]
-        return slot.kind != "float" or not slot.differentiable
 
     def check_descriptors(self, inputs: Sequence[TensorDescriptor]) -> None:
         """Check inputs described by descriptors, before any array exists.
@@ -245,7 +172,7 @@ class TorchOperator(Operator):
         Static inputs (a ``Reshape`` shape, say) have no values yet, so only what the
         descriptors fix is checked: count, dtypes and shapes.
         """
-        self._signature([_Shaped(d) for d in inputs], values_known=False)
+        self._signature([DescribedInput(d) for d in inputs], values_known=False)
 
     def forward(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         """Run the forward pass on numpy arrays (converting in and out)."""
@@ -387,53 +314,13 @@ class TorchOperator(Operator):
         """A copy of ``array`` on the operator's device (never sharing numpy's memory)."""
         return torch.tensor(np.asarray(array), dtype=dtype, device=self.torch_device)
 
-    def _match_slots(self, count: int) -> tuple[Slot, ...]:
-        slots = self.slots
-        if slots and slots[-1].variadic:
-            fixed = slots[:-1]
-            if count < len(fixed) + 1:
-                raise self.fail(
-                    f"takes at least {len(fixed) + 1} inputs "
-                    f"({', '.join(s.name for s in slots)}...), got {count}"
-                )
-            return (*fixed, *([slots[-1]] * (count - len(fixed))))
-        required = sum(1 for s in slots if not s.optional)
-        if not required <= count <= len(slots):
-            names = ", ".join(s.name + ("?" if s.optional else "") for s in slots)
-            span = str(required) if required == len(slots) else f"{required} to {len(slots)}"
-            noun = "input" if span == "1" else "inputs"
-            raise self.fail(f"takes {span} {noun} ({names}), got {count}")
-        return slots[:count]
-
     def _signature(self, arrays: Sequence[Any], *, values_known: bool) -> Signature:
-        slots = self._match_slots(len(arrays))
-        dtype: torch.dtype | None = None
-        first = ""
-        for slot, array in zip(slots, arrays, strict=True):
-            if array is None:
-                if not slot.optional:
-                    raise self.fail(f"input {slot.name} is required")
-                continue
-            name = str(array.dtype)
-            if slot.kind == "float":
-                if name not in FLOAT_DTYPES:
-                    raise self.fail(
-                        f"input {slot.name} has dtype {name}; the torch backend supports "
-                        f"{', '.join(FLOAT_DTYPES)}"
-                    )
-                if dtype is None:
-                    dtype, first = FLOAT_DTYPES[name], slot.name
-                elif FLOAT_DTYPES[name] != dtype:
-                    raise self.fail(
-                        f"input {slot.name} has dtype {name} but {first} has "
-                        f"{str(dtype).removeprefix('torch.')}; floating inputs must share one"
-                    )
-            elif (slot.kind == "index" or slot.integer) and not _is_integer(name):
-                raise self.fail(f"input {slot.name} must hold integers, got dtype {name}")
+        slots = match_input_slots(self.op_type, self.slots, len(arrays))
+        dtype = check_float_dtypes(self.op_type, slots, arrays, FLOAT_DTYPES, "torch")
         sig = Signature(
             arrays=tuple(arrays),
             slots=slots,
-            dtype=dtype if dtype is not None else torch.float32,
+            dtype=FLOAT_DTYPES[dtype] if dtype is not None else torch.float32,
             device=self.torch_device,
             values_known=values_known,
         )
@@ -449,21 +336,6 @@ class TorchOperator(Operator):
             return self.fail(f"torch rejected inputs of shapes {described}: {_one_line(exc)}")
 
         return translate
-
-
-class _Shaped:
-    """Stands in for an array when only a descriptor is known."""
-
-    def __init__(self, desc: TensorDescriptor) -> None:
-        self.shape = tuple(int(d) for d in desc.shape)
-        self.dtype = str(desc.dtype)
-
-
-def _is_integer(dtype_name: str) -> bool:
-    try:
-        return bool(np.issubdtype(np.dtype(dtype_name), np.integer))
-    except TypeError:  # a name numpy does not know, such as bfloat16
-        return False
 
 
 def _to_numpy(tensor: torch.Tensor) -> np.ndarray:

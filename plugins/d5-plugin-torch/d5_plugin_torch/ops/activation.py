@@ -2,25 +2,24 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, ClassVar
-
 import torch
 import torch.nn.functional as F
 
-from d5_plugin_torch.ops._base import Kernel, Signature, Slot, TorchOperator
+from d5_plugin_torch.ops._base import Kernel, Signature, TorchOperator
+from d5core.api import onnx_signature
 
 __all__ = ["LeakyRelu", "LogSoftmax", "Relu", "Sigmoid", "Softmax", "Tanh"]
 
 
 class _Unary(TorchOperator):
-    slots = (Slot("X"),)
+    """An operator of one input, ``X``."""
 
 
 class Relu(_Unary):
     """ONNX ``Relu``: ``torch.relu``."""
 
     op_type = "Relu"
+    slots, attribute_defaults = onnx_signature("Relu")
 
     def build(self, sig: Signature, *, for_grad: bool) -> Kernel:
         relu = torch.relu
@@ -31,7 +30,7 @@ class LeakyRelu(_Unary):
     """ONNX ``LeakyRelu``: ``F.leaky_relu`` with slope ``alpha``."""
 
     op_type = "LeakyRelu"
-    attribute_defaults: ClassVar[Mapping[str, Any]] = {"alpha": 0.01}
+    slots, attribute_defaults = onnx_signature("LeakyRelu")
 
     def configure(self) -> None:
         self.alpha = float(self.attr("alpha"))
@@ -45,6 +44,7 @@ class Sigmoid(_Unary):
     """ONNX ``Sigmoid``: ``torch.sigmoid``."""
 
     op_type = "Sigmoid"
+    slots, attribute_defaults = onnx_signature("Sigmoid")
 
     def build(self, sig: Signature, *, for_grad: bool) -> Kernel:
         sigmoid = torch.sigmoid
@@ -55,6 +55,7 @@ class Tanh(_Unary):
     """ONNX ``Tanh``: ``torch.tanh``."""
 
     op_type = "Tanh"
+    slots, attribute_defaults = onnx_signature("Tanh")
 
     def build(self, sig: Signature, *, for_grad: bool) -> Kernel:
         tanh = torch.tanh
@@ -62,8 +63,6 @@ class Tanh(_Unary):
 
 
 class _AlongAxis(_Unary):
-    attribute_defaults: ClassVar[Mapping[str, Any]] = {"axis": -1}
-
     def configure(self) -> None:
         self.axis = int(self.attr("axis"))
 
@@ -77,6 +76,7 @@ class Softmax(_AlongAxis):
     """ONNX ``Softmax`` (opset 13: along the one axis ``axis``): ``torch.softmax``."""
 
     op_type = "Softmax"
+    slots, attribute_defaults = onnx_signature("Softmax")
 
     def build(self, sig: Signature, *, for_grad: bool) -> Kernel:
         softmax, axis = torch.softmax, self.axis
@@ -87,6 +87,7 @@ class LogSoftmax(_AlongAxis):
     """ONNX ``LogSoftmax`` (opset 13: along the one axis ``axis``): ``torch.log_softmax``."""
 
     op_type = "LogSoftmax"
+    slots, attribute_defaults = onnx_signature("LogSoftmax")
 
     def build(self, sig: Signature, *, for_grad: bool) -> Kernel:
         log_softmax, axis = torch.log_softmax, self.axis

@@ -9,7 +9,8 @@ from typing import ClassVar
 import numpy as np
 import torch
 
-from d5_plugin_torch.ops._base import Kernel, Signature, Slot, TorchOperator
+from d5_plugin_torch.ops._base import Kernel, Signature, TorchOperator
+from d5core.api import onnx_signature
 
 __all__ = ["Add", "Div", "Identity", "Mul", "Sub", "Sum"]
 
@@ -26,7 +27,6 @@ class _Broadcasting(TorchOperator):
 
 
 class _Binary(_Broadcasting):
-    slots = (Slot("A"), Slot("B"))
     function: ClassVar[Callable[[torch.Tensor, torch.Tensor], torch.Tensor]]
 
     def build(self, sig: Signature, *, for_grad: bool) -> Kernel:
@@ -38,6 +38,7 @@ class Add(_Binary):
     """ONNX ``Add``: ``torch.add``."""
 
     op_type = "Add"
+    slots, attribute_defaults = onnx_signature("Add")
     function = torch.add
 
 
@@ -45,6 +46,7 @@ class Sub(_Binary):
     """ONNX ``Sub``: ``torch.sub``."""
 
     op_type = "Sub"
+    slots, attribute_defaults = onnx_signature("Sub")
     function = torch.sub
 
 
@@ -52,6 +54,7 @@ class Mul(_Binary):
     """ONNX ``Mul``: ``torch.mul``."""
 
     op_type = "Mul"
+    slots, attribute_defaults = onnx_signature("Mul")
     function = torch.mul
 
 
@@ -59,6 +62,7 @@ class Div(_Binary):
     """ONNX ``Div``: ``torch.div``."""
 
     op_type = "Div"
+    slots, attribute_defaults = onnx_signature("Div")
     function = torch.div
 
 
@@ -66,7 +70,7 @@ class Sum(_Broadcasting):
     """ONNX ``Sum`` of one or more inputs: a chain of ``torch.add``."""
 
     op_type = "Sum"
-    slots = (Slot("data_0", variadic=True),)
+    slots, attribute_defaults = onnx_signature("Sum")
 
     def build(self, sig: Signature, *, for_grad: bool) -> Kernel:
         add = torch.add
@@ -84,7 +88,7 @@ class Identity(TorchOperator):
     """ONNX ``Identity``: the input tensor itself."""
 
     op_type = "Identity"
-    slots = (Slot("input"),)
+    slots, attribute_defaults = onnx_signature("Identity")
 
     def build(self, sig: Signature, *, for_grad: bool) -> Kernel:
         return lambda x: (x,)

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, ClassVar
-
 import numpy as np
 import torch
 
-from d5_plugin_torch.ops._base import Kernel, Signature, Slot, TorchOperator
+from d5_plugin_torch.ops._base import Kernel, Signature, TorchOperator
+from d5core.api import gemm_output_shape, onnx_signature
 
 __all__ = ["Gemm", "MatMul"]
 
@@ -20,13 +18,7 @@ class Gemm(TorchOperator):
     """
 
     op_type = "Gemm"
-    slots = (Slot("A"), Slot("B"), Slot("C", optional=True))
-    attribute_defaults: ClassVar[Mapping[str, Any]] = {
-        "alpha": 1.0,
-        "beta": 1.0,
-        "transA": 0,
-        "transB": 0,
-    }
+    slots, attribute_defaults = onnx_signature("Gemm")
 
     def configure(self) -> None:
         self.alpha = float(self.attr("alpha"))
@@ -37,17 +29,8 @@ class Gemm(TorchOperator):
     def check(self, sig: Signature) -> None:
         a = self.require_rank(sig, 0, (2,), what="(M, K), or (K, M) with transA")
         b = self.require_rank(sig, 1, (2,), what="(K, N), or (N, K) with transB")
-        (m, k), (k2, n) = a[::-1] if self.trans_a else a, b[::-1] if self.trans_b else b
-        if k != k2:
-            raise self.fail(
-                f"inner dimensions differ: A' is ({m}, {k}) and B' is ({k2}, {n}) "
-                f"(transA={int(self.trans_a)}, transB={int(self.trans_b)})"
-            )
         c = sig.shapes[2] if len(sig.shapes) > 2 else None
-        if c is not None and (
-            len(c) > 2 or any(d not in (1, t) for d, t in zip(c[::-1], (n, m), strict=False))
-        ):
-            raise self.fail(f"input C of shape {c} does not broadcast to ({m}, {n})")
+        gemm_output_shape(a, b, c, trans_a=self.trans_a, trans_b=self.trans_b)
 
     def build(self, sig: Signature, *, for_grad: bool) -> Kernel:
         alpha, beta, ta, tb = self.alpha, self.beta, self.trans_a, self.trans_b
@@ -80,7 +63,7 @@ class MatMul(TorchOperator):
     """ONNX ``MatMul`` (numpy's ``matmul`` semantics): one ``torch.matmul``."""
 
     op_type = "MatMul"
-    slots = (Slot("A"), Slot("B"))
+    slots, attribute_defaults = onnx_signature("MatMul")
 
     def check(self, sig: Signature) -> None:
         a = self.require_rank(sig, 0, at_least=1)

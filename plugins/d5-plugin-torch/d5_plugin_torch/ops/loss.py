@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, ClassVar
-
-import numpy as np
 import torch
 import torch.nn.functional as F
 
-from d5_plugin_torch.ops._base import Kernel, Signature, Slot, TorchOperator
+from d5_plugin_torch.ops._base import Kernel, Signature, TorchOperator
+from d5core.api import check_class_labels, onnx_signature
 
 __all__ = ["REDUCTIONS", "MeanSquaredError", "SoftmaxCrossEntropyLoss"]
 
@@ -34,12 +31,7 @@ class SoftmaxCrossEntropyLoss(_Loss):
     """
 
     op_type = "SoftmaxCrossEntropyLoss"
-    slots = (
-        Slot("scores"),
-        Slot("labels", kind="index"),
-        Slot("weights", optional=True, differentiable=False),
-    )
-    attribute_defaults: ClassVar[Mapping[str, Any]] = {"ignore_index": None, "reduction": "mean"}
+    slots, attribute_defaults = onnx_signature("SoftmaxCrossEntropyLoss")
 
     def configure(self) -> None:
         super().configure()
@@ -48,24 +40,9 @@ class SoftmaxCrossEntropyLoss(_Loss):
 
     def check(self, sig: Signature) -> None:
         scores = self.require_rank(sig, 0, at_least=2, what="(N, C, ...)")
-        expected = (scores[0], *scores[2:])
-        if sig.shapes[1] != expected:
-            raise self.fail(
-                f"input labels must have shape {expected} (scores {scores} without C), "
-                f"got {sig.shapes[1]}"
-            )
-        if len(sig.shapes) > 2 and sig.shapes[2] not in (None, (scores[1],)):
-            raise self.fail(f"input weights must have shape ({scores[1]},), got {sig.shapes[2]}")
-        labels = sig.arrays[1]
-        if sig.values_known and labels is not None and labels.size:
-            bad = (labels < 0) | (labels >= scores[1])
-            if self.ignore_index is not None:
-                bad &= labels != self.ignore_index
-            if bad.any():
-                raise self.fail(
-                    f"labels must lie in [0, {scores[1]}) or equal ignore_index "
-                    f"({self.ignore_index}); found {int(np.asarray(labels)[bad][0])}"
-                )
+        weights = sig.shapes[2] if len(sig.shapes) > 2 else None
+        labels = sig.arrays[1] if sig.values_known else None
+        check_class_labels(self.op_type, scores, sig.shapes[1], weights, labels, self.ignore_index)
 
     def build(self, sig: Signature, *, for_grad: bool) -> Kernel:
         log_softmax, nll_loss = F.log_softmax, F.nll_loss
@@ -87,8 +64,7 @@ class MeanSquaredError(_Loss):
     ``reduction``; ``F.mse_loss``. Both inputs get gradients."""
 
     op_type = "MeanSquaredError"
-    slots = (Slot("prediction"), Slot("target"))
-    attribute_defaults: ClassVar[Mapping[str, Any]] = {"reduction": "mean"}
+    slots, attribute_defaults = onnx_signature("MeanSquaredError")
 
     def check(self, sig: Signature) -> None:
         if sig.shapes[0] != sig.shapes[1]:

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor as T
 
-from d5_plugin_torch.ops._base import Kernel, Signature, Slot, TorchOperator
+from d5_plugin_torch.ops._base import Kernel, Signature, TorchOperator
+from d5core.api import check_per_channel, check_scalar_input, dropout_ratio, onnx_signature
 
 __all__ = ["BatchNormalization", "Dropout", "reference_mask"]
 
@@ -33,12 +34,7 @@ class BatchNormalization(TorchOperator):
     """
 
     op_type = "BatchNormalization"
-    slots = (Slot("X"), Slot("scale"), Slot("B"), Slot("input_mean"), Slot("input_var"))
-    attribute_defaults: ClassVar[Mapping[str, Any]] = {
-        "epsilon": 1e-5,
-        "momentum": 0.9,
-        "training_mode": 0,
-    }
+    slots, attribute_defaults = onnx_signature("BatchNormalization")
 
     def configure(self) -> None:
         self.epsilon = float(self.attr("epsilon"))
@@ -47,12 +43,8 @@ class BatchNormalization(TorchOperator):
 
     def check(self, sig: Signature) -> None:
         x = self.require_rank(sig, 0, at_least=2, what="(N, C, ...)")
-        for i in range(1, 5):
-            if sig.shapes[i] != (x[1],):
-                raise self.fail(
-                    f"input {sig.slots[i].name} must have shape ({x[1]},), one value per "
-                    f"channel of X {x}, got {sig.shapes[i]}"
-                )
+        inputs = [(sig.slots[i].name, sig.shapes[i]) for i in range(1, 5)]
+        check_per_channel(self.op_type, x, inputs)
 
     def build(self, sig: Signature, *, for_grad: bool) -> Kernel:
         shape = sig.shapes[0]
@@ -108,12 +100,7 @@ class Dropout(TorchOperator):
     """
 
     op_type = "Dropout"
-    slots = (
-        Slot("data"),
-        Slot("ratio", kind="static", optional=True),
-        Slot("training_mode", kind="static", optional=True),
-    )
-    attribute_defaults: ClassVar[Mapping[str, Any]] = {"seed": 0, "ratio": 0.5, "training_mode": 0}
+    slots, attribute_defaults = onnx_signature("Dropout")
 
     def configure(self) -> None:
         self.seed = int(self.attr("seed"))
@@ -127,16 +114,11 @@ class Dropout(TorchOperator):
         return self._ratio(ratio), training
 
     def _ratio(self, ratio: float) -> float:
-        if not 0.0 <= ratio < 1.0:
-            raise self.fail(f"ratio must lie in [0, 1), got {ratio}")
-        return ratio
+        return dropout_ratio(self.op_type, ratio)
 
     def check(self, sig: Signature) -> None:
-        for i in (1, 2):
-            if len(sig.shapes) > i and sig.shapes[i] not in (None, (), (1,)):
-                raise self.fail(
-                    f"input {sig.slots[i].name} must be a scalar, got shape {sig.shapes[i]}"
-                )
+        for slot, shape in zip(sig.slots[1:], sig.shapes[1:], strict=True):
+            check_scalar_input(self.op_type, slot.name, shape)
         if sig.values_known:
             self._mode(sig)
 

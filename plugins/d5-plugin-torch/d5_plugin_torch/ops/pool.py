@@ -10,15 +10,15 @@ kernel is built, so that each output is divided by the count ONNX prescribes.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from typing import Any, ClassVar, Literal
+from typing import Literal
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from d5_plugin_torch.ops._base import Kernel, Signature, Slot, TorchOperator
+from d5_plugin_torch.ops._base import Kernel, Signature, TorchOperator
 from d5_plugin_torch.ops._spatial import Window, auto_pad_of, pad_argument, window
+from d5core.api import average_pool_divisors, onnx_signature
 
 __all__ = ["AveragePool", "GlobalAveragePool", "MaxPool"]
 
@@ -28,8 +28,6 @@ _CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
 
 
 class _Pool(TorchOperator):
-    slots = (Slot("X"),)
-
     def configure(self) -> None:
         self.auto_pad = auto_pad_of(self)
         # ONNX sizes the output of auto_pad (VALID, SAME_*) without ceil_mode.
@@ -79,15 +77,7 @@ class MaxPool(_Pool):
     """
 
     op_type = "MaxPool"
-    attribute_defaults: ClassVar[Mapping[str, Any]] = {
-        "auto_pad": "NOTSET",
-        "ceil_mode": 0,
-        "dilations": None,
-        "kernel_shape": None,
-        "pads": None,
-        "storage_order": 0,
-        "strides": None,
-    }
+    slots, attribute_defaults = onnx_signature("MaxPool")
 
     def configure(self) -> None:
         super().configure()
@@ -160,15 +150,7 @@ class AveragePool(_Pool):
     """
 
     op_type = "AveragePool"
-    attribute_defaults: ClassVar[Mapping[str, Any]] = {
-        "auto_pad": "NOTSET",
-        "ceil_mode": 0,
-        "count_include_pad": 0,
-        "dilations": None,
-        "kernel_shape": None,
-        "pads": None,
-        "strides": None,
-    }
+    slots, attribute_defaults = onnx_signature("AveragePool")
 
     def configure(self) -> None:
         super().configure()
@@ -176,17 +158,7 @@ class AveragePool(_Pool):
 
     def _divisors(self, win: Window, out: tuple[int, ...]) -> np.ndarray:
         """How many input (or pad) elements ONNX divides each output's sum by."""
-        counts = np.ones(out, dtype=np.float64)
-        for axis, (size, (b, e), k, s, d, o) in enumerate(
-            zip(win.sizes, win.pads, win.kernel, win.strides, win.dilations, out, strict=True)
-        ):
-            taps = (np.arange(o) * s - b)[:, None] + np.arange(k)[None, :] * d
-            low, high = (-b, size + e) if self.count_include_pad else (0, size)
-            count = ((taps >= low) & (taps < high)).sum(axis=1)
-            shape = [1] * len(out)
-            shape[axis] = o
-            counts = counts * count.reshape(shape)
-        return counts
+        return average_pool_divisors(win, out, count_include_pad=self.count_include_pad)
 
     def _native(self, win: Window) -> bool:
         return super()._native(win) and all(d == 1 for d in win.dilations)
@@ -236,7 +208,7 @@ class GlobalAveragePool(TorchOperator):
     """ONNX ``GlobalAveragePool``: the mean over all spatial axes, kept as size 1."""
 
     op_type = "GlobalAveragePool"
-    slots = (Slot("X"),)
+    slots, attribute_defaults = onnx_signature("GlobalAveragePool")
 
     def check(self, sig: Signature) -> None:
         self.require_rank(sig, 0, at_least=3, what="(N, C, spatial...)")

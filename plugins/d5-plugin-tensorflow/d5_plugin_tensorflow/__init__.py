@@ -1,0 +1,3 @@
+"""TensorFlow for d5."""
+
+__version__ = "0.1.0"

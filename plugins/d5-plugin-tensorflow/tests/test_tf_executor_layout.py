@@ -1,0 +1,166 @@
+"""The tensorflow executor's layouts: convolution weights kept as variables in
+TensorFlow's kernel layout (ONNX's layout at the API), and traced graphs that move data
+between layouts only where an activation must change layout."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from d5_plugin_numpy import executor as reference
+from d5_plugin_tensorflow._tf import tensorflow
+from d5_plugin_tensorflow.executor import TensorFlowExecutor
+from onnx import TensorProto, helper, numpy_helper
+
+from d5core.errors import UsageError
+from d5core.networks import zoo
+from d5core.networks.network import Network
+from d5core.runners.networks import make_feeds, with_loss
+
+tf = tensorflow()
+
+
+def _conv_model(op: str, weight: tuple[int, ...], shared: bool = False, **attrs: Any) -> Any:
+    """x (2, 4, 7, 7) -> ``op`` (weights ``w``, bias ``b``) -> y -> Flatten ->
+    SoftmaxCrossEntropyLoss (labels 0 and 5, an initializer) -> loss.
+    With ``shared`` the weights are also added to a constant (read by another node)."""
+    rng = np.random.default_rng(3)
+    out_channels = weight[0] if op == "Conv" else weight[1] * int(attrs.get("group", 1))
+    inits = [
+        numpy_helper.from_array(rng.standard_normal(weight).astype(np.float32), "w"),
+        numpy_helper.from_array(rng.standard_normal(out_channels).astype(np.float32), "b"),
+        numpy_helper.from_array(np.array([0, 5], np.int64), "labels"),
+    ]
+    nodes = [
+        helper.make_node(op, ["x", "w", "b"], ["y"], **attrs),
+        helper.make_node("Flatten", ["y"], ["flat"]),
+        helper.make_node("SoftmaxCrossEntropyLoss", ["flat", "labels"], ["loss"]),
+    ]
+    outputs = [
+        helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", "c", "h", "w"]),
+        helper.make_tensor_value_info("loss", TensorProto.FLOAT, []),
+    ]
+    if shared:
+        nodes.append(helper.make_node("Add", ["w", "w"], ["w2"]))
+        outputs.append(helper.make_tensor_value_info("w2", TensorProto.FLOAT, list(weight)))
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4, 7, 7])],
+        outputs, inits,
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    return model
+
+
+CASES = {
+    "conv": ("Conv", (6, 4, 3, 3), {"pads": [1, 1, 1, 1]}),
+    "conv-strided-asymmetric": ("Conv", (6, 4, 3, 2), {"strides": [2, 2], "pads": [1, 0, 0, 1]}),
+    "conv-stride2-pad1": ("Conv", (6, 4, 3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    "conv-grouped": ("Conv", (6, 2, 3, 3), {"group": 2}),
+    "conv-depthwise": ("Conv", (8, 1, 3, 3), {"group": 4, "pads": [1, 1, 1, 1]}),
+    "conv-same-upper": ("Conv", (6, 4, 2, 2), {"auto_pad": "SAME_UPPER", "strides": [2, 2]}),
+    "conv-transpose": ("ConvTranspose", (4, 3, 3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    "conv-transpose-grouped": ("ConvTranspose", (4, 2, 2, 3), {"group": 2, "strides": [2, 1]}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_kernel_variables_are_in_tensorflow_layout_and_results_match_the_reference(
+    case: str,
+) -> None:
+    op, weight, attrs = CASES[case]
+    model = _conv_model(op, weight, **attrs)
+    feeds = {"x": np.random.default_rng(0).standard_normal((2, 4, 7, 7)).astype(np.float32)}
+    ex, ref = TensorFlowExecutor(model), reference.NumpyExecutor(model)
+    kh, kw = weight[2:]
+    assert tuple(ex.native_parameters()["w"].shape) == (kh, kw, weight[1], weight[0])
+    assert ex.native_layouts() == {"w": (2, 3, 1, 0)}
+    want_y = ref.inference(feeds)["y"]
+    np.testing.assert_allclose(ex.inference(feeds)["y"], want_y, rtol=1e-4, atol=1e-4)
+    _, grads = ex.inference_and_backprop(feeds, "loss")
+    _, want = ref.inference_and_backprop(feeds, "loss")
+    assert grads["w"].shape == weight
+    for name in ("w", "b"):
+        np.testing.assert_allclose(grads[name], want[name], rtol=1e-3, atol=1e-3, err_msg=name)
+    _, native = ex.native_train_step(feeds, "loss")
+    np.testing.assert_allclose(native["w"].numpy(), grads["w"].transpose(2, 3, 1, 0), rtol=1e-6)
+    np.testing.assert_array_equal(native["b"].numpy(), grads["b"])
+
+
+def test_parameters_speak_onnx_layout_while_the_variables_are_tensorflows() -> None:
+    model = _conv_model("Conv", (6, 4, 3, 2))
+    ex = TensorFlowExecutor(model)
+    onnx_w = numpy_helper.to_array(model.graph.initializer[0])
+    params = ex.get_parameters()
+    np.testing.assert_array_equal(params["w"], onnx_w)
+    assert params["w"].flags.c_contiguous
+    new = np.arange(onnx_w.size, dtype=np.float32).reshape(onnx_w.shape)
+    ex.set_parameters({"w": new})
+    np.testing.assert_array_equal(ex.get_parameters()["w"], new)
+    np.testing.assert_array_equal(ex.native_parameters()["w"].numpy(), new.transpose(2, 3, 1, 0))
+    ex.native_parameters()["w"].assign_add(tf.ones((3, 2, 4, 6)))
+    np.testing.assert_array_equal(ex.get_parameters()["w"], new + 1)
+    with pytest.raises(UsageError, match=r"has shape \(6, 4, 3, 2\), not \(3, 2, 4, 6\)"):
+        ex.set_parameters({"w": new.transpose(2, 3, 1, 0)})
+
+
+def test_a_weight_another_node_reads_stays_in_onnx_layout() -> None:
+    model = _conv_model("Conv", (6, 4, 3, 3), shared=True)
+    ex = TensorFlowExecutor(model)
+    feeds = {"x": np.ones((2, 4, 7, 7), np.float32)}
+    assert ex.native_layouts() == {}
+    assert tuple(ex.native_parameters()["w"].shape) == (6, 4, 3, 3)
+    got, want = ex.inference(feeds), reference.NumpyExecutor(model).inference(feeds)
+    for name in ("y", "w2"):
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-4)
+
+
+def _graph(name: str, training: bool) -> Any:
+    net = Network(zoo.ZOO[name](batch=2))
+    if not training:
+        ex = TensorFlowExecutor(net)
+        feeds = {"input": np.zeros((2, *net.inputs[0].shape[1:]), np.float32)}
+        return ex._concrete(False, None, ex._ordered(ex._to_tensors(feeds)), ()).graph
+    trained, loss = with_loss(net)
+    ex = TensorFlowExecutor(trained)
+    args = ex._ordered(ex._to_tensors(make_feeds(trained, 2, seed=0)))
+    return ex._concrete(True, loss, args, ()).graph
+
+
+#: The activations that must change layout, by network: lenet5's input has one channel
+#: (its move is a reshape) and its last pooled map goes into Flatten; resnet20's input
+#: (3 channels) goes into the first Conv, and its pooled (N, 1, 1, C) map into Flatten
+#: is a reshape; vgg has both moves.
+MOVES = {
+    "lenet5": ["n5_maxpool1/transpose"],
+    "resnet20": ["n0_conv0/transpose"],
+    "vgg": ["n0_conv0/transpose", "n14_maxpool2/transpose"],
+}
+
+
+@pytest.mark.parametrize("name", sorted(MOVES))
+def test_inference_graph_transposes_only_activations_that_change_layout(name: str) -> None:
+    """Every Transpose op of the traced graph (none is left for the pruner): no weight
+    is transposed, and BatchNormalization and bias parameters broadcast as they are."""
+    graph = _graph(name, training=False)
+    moved = [op for op in graph.get_operations() if op.type == "Transpose"]
+    assert [op.name for op in moved] == MOVES[name]
+    assert all(op.inputs[0].op.type != "ReadVariableOp" for op in moved)
+    reads = [op for op in graph.get_operations() if op.type == "ReadVariableOp"]
+    for read in reads:  # parameters go straight into the ops that use them
+        users = {c.type for c in read.outputs[0].consumers()}
+        assert not users & {"Transpose", "Reshape"}, (read.name, users)
+
+
+@pytest.mark.parametrize("name", sorted(MOVES))
+def test_train_graph_transposes_only_activations_and_their_gradients(name: str) -> None:
+    """The forward moves, the gradient of each but the input's, and the two transposes
+    of the gradient of the loss's batched gather (as in TensorFlow's own deterministic
+    sparse cross-entropy, which Keras models use)."""
+    graph = _graph(name, training=True)
+    moved = [op.name for op in graph.get_operations() if op.type == "Transpose"]
+    loss = [m for m in moved if "SoftmaxCrossEntropyLoss" in m]
+    assert len(loss) == 2 and all(m.startswith("gradient_tape/") for m in loss)
+    backward = [f"gradient_tape/{m}/transpose" for m in MOVES[name] if not m.startswith("n0_")]
+    assert sorted(set(moved) - set(loss)) == sorted(MOVES[name] + backward)
