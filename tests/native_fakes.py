@@ -86,6 +86,19 @@ class Executor:
         p /= p.sum(-1, keepdims=True)
         return {"logits": logits, "loss": np.array([-np.mean(np.log(p[np.arange(len(y)), y]))])}
 
+    def inference_and_backprop(
+        self, feeds: dict[str, np.ndarray], loss: str
+    ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+        """The numpy path's step: the native one's outputs as plain arrays."""
+        outputs, grads = self.native_train_step(feeds, loss)
+        return {k: np.asarray(v) for k, v in outputs.items()}, grads
+
+    def get_parameters(self) -> dict[str, np.ndarray]:
+        return {"w": self.w.copy()}
+
+    def set_parameters(self, params: dict[str, np.ndarray]) -> None:
+        self.w[...] = params["w"]
+
     def to_native(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         return dict(feeds)
 
@@ -103,6 +116,16 @@ class Executor:
         p[np.arange(len(y)), y] -= 1.0
         outputs = {"logits": logits.view(Logits), loss: np.array([value]).view(Loss)}
         return outputs, {"w": x.T @ p / len(y)}
+
+
+class NumpySGD:
+    """Plain SGD on numpy arrays, for the trainer's numpy path (``native=False``)."""
+
+    lr = 0.5
+
+    def step(self, params: dict[str, np.ndarray], grads: dict[str, np.ndarray]) -> None:
+        for name, grad in grads.items():
+            params[name] -= self.lr * np.asarray(grad)
 
 
 class Optimizer:

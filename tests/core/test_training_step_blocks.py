@@ -12,48 +12,27 @@ from typing import Any
 
 import numpy as np
 import pytest
-from native_fakes import BATCH, SIZE, Data, Executor, Optimizer
+from native_fakes import BATCH, SIZE, Data, Executor, NumpySGD, Optimizer
 
 from d5core.bus import BEGIN, END, TEST_PASS, TRAIN_EPOCH, TRAIN_STEP, Event, MetricBus
 from d5core.metrics import LossCurve, Throughput, TrainingAccuracy, WallclockTime
 from d5core.metrics._common import StepBlock, StepFeed
-from d5core.networks import zoo
-from d5core.plugins import get_plugin_manager
-from d5core.runners.networks import executor_by_name, with_loss
 from d5core.training.samplers import make_sampler
 from d5core.training.trainer import RunClock, StopConditions, Trainer, default_metrics
 
 STEPS_PER_EPOCH = -(-SIZE // BATCH)  # 7, the last of 2 samples
 
 
-class _Data32(Data):
-    """The same samples in float32, the numpy executor's dtype."""
-
-    def batch(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        x, y = super().batch(indices)
-        return x.astype(np.float32), y
-
-
-def _numpy_executor() -> tuple[Any, str]:
-    net = zoo.build("mlp", input_shape=(4,), classes=3, hidden=[8], seed=0)
-    network, loss = with_loss(net)
-    return executor_by_name("numpy", network), loss
-
-
 def _trainer(path: str, bus: MetricBus, **options: Any) -> Trainer:
-    data: Data
-    if path == "numpy":
-        executor, loss = _numpy_executor()
-        optimizer = get_plugin_manager().load("d5.optimizers", "sgd")(lr=0.1)
-        data = _Data32()
-    else:
-        executor, loss = Executor(counter=path == "native-counter"), "loss"
-        optimizer, data = Optimizer(), Data()
+    executor, data = Executor(counter=path == "native-counter"), Data()
+    optimizer: Any = NumpySGD() if path == "numpy" else Optimizer()
     options.setdefault("stop", StopConditions(max_epochs=2))
-    return Trainer(
-        executor, loss, optimizer, data, make_sampler("shuffle", SIZE, BATCH, seed=0),
-        test_set=data, bus=bus, progress=False, **options,
+    trainer = Trainer(
+        executor, "loss", optimizer, data, make_sampler("shuffle", SIZE, BATCH, seed=0),
+        test_set=data, bus=bus, progress=False, native=path != "numpy", **options,
     )  # fmt: skip
+    assert trainer.optimizer_path == ("numpy" if path == "numpy" else "native")
+    return trainer
 
 
 class _Deliveries:
