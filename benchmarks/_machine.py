@@ -7,8 +7,9 @@ import platform
 
 from d5core import __version__
 from d5core.environment import read_cpuinfo
+from d5core.measure.allocator import apply_allocator_policy
 
-__all__ = ["cpu_model", "load", "machine"]
+__all__ = ["allocator", "cpu_model", "load", "machine"]
 
 
 def cpu_model() -> str:
@@ -23,8 +24,17 @@ def load() -> str:
         return "load average unknown"
 
 
+def allocator() -> str:
+    """Apply d5's allocator policy in this process, as d5 does before it measures, and
+    describe it (``allocator steady (glibc 2.36)``). Benchmarks that time their own
+    loops call it first: every side then allocates under the policy d5 runs with."""
+    settings = apply_allocator_policy()
+    return f"allocator {settings['policy']} ({settings['library']})"
+
+
 def machine() -> str:
+    """The machine, the Python, d5's version and the allocator policy (applied here)."""
     return (
         f"{cpu_model()}, {os.cpu_count()} cores, {platform.machine()}, "
-        f"Python {platform.python_version()}, d5core {__version__}"
+        f"Python {platform.python_version()}, d5core {__version__}, {allocator()}"
     )

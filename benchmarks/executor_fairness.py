@@ -49,11 +49,17 @@ with the nonparametric CI of that median across processes (``median_ci``; with 5
 processes it is [min, max], which covers the median with probability 94%). With one
 process the CI is over its rounds instead (the between-process variance is then unknown).
 
+Every worker first applies d5's allocator policy (``--allocator``, default ``steady``,
+as ``d5`` itself runs; see :mod:`d5core.measure.allocator`), so both sides of a case
+allocate under it. Under glibc's own policy (``--allocator system``) how many pages a
+call faults in depends on the order in which it frees its tensors, which is measured
+then as well.
+
 Targets: ratio <= 1.05 (moonshot <= 1.02).
 
     .venv/bin/python benchmarks/executor_fairness.py [--processes 5] [--rounds 15]
         [--frameworks torch,tensorflow] [--nets lenet5,resnet20] [--batches 1,32]
-        [--modes inference,train] [--block-s 0.1] [--json]
+        [--modes inference,train] [--block-s 0.1] [--allocator steady|system] [--json]
 """
 
 from __future__ import annotations
@@ -74,7 +80,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from _machine import load, machine
+from _machine import allocator, load, machine
 
 from d5core.errors import UsageError
 from d5core.measure.stats import median_ci, median_ci_coverage
@@ -625,6 +631,7 @@ def threads(framework: str) -> str:
 
 def worker(args: argparse.Namespace) -> dict[str, Any]:
     """One process's measurement of every case of one framework."""
+    policy = allocator()  # before the framework allocates anything
     framework = args.frameworks[0]
     build = {"torch": torch_sides, "tensorflow": tensorflow_sides}[framework]
     rng = random.Random(args.seed)
@@ -654,7 +661,8 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
                         "diffs": c.diffs,
                     })  # fmt: skip
                 print(f"{framework} {net} batch {batch} {mode}: done", file=sys.stderr)
-    return {"pid": os.getpid(), "framework": framework, "threads": threads(framework),
+    return {"pid": os.getpid(), "framework": framework,
+            "threads": f"{threads(framework)}, {policy}",
             "load_before": before, "load_after": os.getloadavg()[0], "rows": rows,
             "skipped": SKIPPED}  # fmt: skip
 
@@ -773,6 +781,10 @@ def main(argv: list[str] | None = None) -> int:
         help="seconds of calls per block of the fastest side of a case",
     )  # fmt: skip
     parser.add_argument("--seed", type=int, default=0, help="seed of the orders of the sides")
+    parser.add_argument(
+        "--allocator", choices=("steady", "system"), default="steady",
+        help="the workers' allocator policy (D5_ALLOCATOR; d5's default is steady)",
+    )  # fmt: skip
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -785,6 +797,7 @@ def main(argv: list[str] | None = None) -> int:
         json.dump(worker(args), sys.stdout)
         print()
         return 0
+    os.environ["D5_ALLOCATOR"] = args.allocator  # this process's line and the workers'
     start_load = load()
     processes = [
         run_worker(args, framework, args.seed * 1000 + i)

@@ -64,7 +64,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 import torch
-from _machine import load, machine
+from _machine import allocator, load, machine
 
 from d5core.bus import TRAIN_EPOCH
 from d5core.levels.metrics import Metric, MetricResult
@@ -248,6 +248,7 @@ def measure(w: Workload, rounds: int, epochs: int, rng: random.Random) -> dict[s
 
 def worker(rounds: int, epochs: int, threads: int | None, seed: int) -> dict[str, Any]:
     """One process's measurement of every workload."""
+    allocator()  # d5's allocator policy, as the d5 command applies it
     if threads is not None:
         torch.set_num_threads(threads)
     torch.manual_seed(0)

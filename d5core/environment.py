@@ -2,13 +2,13 @@
 
 :func:`capture_environment` gathers what ``measurement.md`` asks to be kept beside each
 number (d5 and plugin versions, framework facts, Python, OS and kernel, CPU model, cores
-and flags, memory, thread settings, GPUs, hostname, command line, seeds, recipe hash,
-git commit, time). Every section is gathered on its own: a failure becomes an
-``{"error": ...}`` entry in that section and never stops the run.
+and flags, memory, thread settings, the allocator policy, GPUs, hostname, command line,
+seeds, recipe hash, git commit, time). Every section is gathered on its own: a failure
+becomes an ``{"error": ...}`` entry in that section and never stops the run.
 
 :func:`environment_fingerprint` hashes the part that decides whether two results may be
 compared (CPU, cores, OS/kernel, Python, package and framework versions, thread
-settings, GPU models); :func:`environment_differences` says what differs.
+settings, allocator policy, GPU models); :func:`environment_differences` says what differs.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from d5core._version import PLUGIN_API_VERSION, __version__
+from d5core.measure.allocator import allocator_settings
 
 if TYPE_CHECKING:
     from d5core.plugins import PluginManager
@@ -273,7 +274,8 @@ def capture_environment(
     :param environ: the process environment to read thread settings from;
         ``os.environ`` by default.
     :return: a dict with the keys ``d5``, ``plugins``, ``packages``, ``frameworks``,
-        ``python``, ``os``, ``cpu``, ``memory``, ``threads``, ``gpus``, ``hostname``,
+        ``python``, ``os``, ``cpu``, ``memory``, ``threads``, ``allocator``
+        (:func:`~d5core.measure.allocator.allocator_settings`), ``gpus``, ``hostname``,
         ``git``, ``argv``, ``seeds``, ``recipe_hash`` and ``timestamp`` (UTC, ISO 8601).
     """
     if manager is None:
@@ -296,6 +298,7 @@ def capture_environment(
         "cpu": _section(_cpu),
         "memory": _section(_memory),
         "threads": _section(lambda: _threads(env_vars)),
+        "allocator": _section(allocator_settings),
         "gpus": _section(_gpus),
         "hostname": _section(socket.gethostname),
         "git": _section(lambda: _git(os.getcwd())),
@@ -333,6 +336,7 @@ def comparable_subset(env: Mapping[str, Any]) -> dict[str, Any]:
         "packages": dict(_get(env, "packages")),
         "frameworks": frameworks,
         "threads": dict(_get(env, "threads")),
+        "allocator": {k: v for k, v in _get(env, "allocator").items() if k != "applied"},
         "gpus": [g.get("name") for g in gpus if isinstance(g, Mapping)]
         if isinstance(gpus, list)
         else [],

@@ -254,7 +254,7 @@ def _measure(
         cpus=cpus,
         on_process=watch.on_process,
     )
-    warnings = watch.warnings()
+    warnings = watch.warnings() + _fault_warnings(outcome)
     threads = thread_counts(outcome, *backends)
     thread_warning = thread_count_warning(list(threads.values()))
     if thread_warning is not None:
@@ -280,6 +280,24 @@ def _measure(
         },
     )
     return _Measured(outcome, threads, thread_warning)
+
+
+def _fault_warnings(outcome: Invocations) -> list[str]:
+    """A warning per job whose calls took many page faults (median over processes)."""
+    from d5core.measure.allocator import page_fault_warning
+
+    found = []
+    for result in outcome.jobs:
+        faults = [r.measurement.page_faults_per_call for r in result.runs]
+        counted = sorted(f for f in faults if f is not None)
+        if not counted or result.summary is None:
+            continue
+        line = page_fault_warning(
+            result.job.label, counted[len(counted) // 2], result.summary.median
+        )
+        if line is not None:
+            found.append(line)
+    return found
 
 
 def _raise_failures(outcome: Invocations) -> None:

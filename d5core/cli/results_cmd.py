@@ -199,6 +199,14 @@ def _part(env: Mapping[str, Any], key: str) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
+def _allocator_line(allocator: Mapping[str, Any]) -> str:
+    """``allocator  steady (glibc 2.36)``, with what the user set under ``user``."""
+    policy, library = allocator.get("policy"), allocator.get("library", "?")
+    user = allocator.get("user")
+    chosen = ", ".join(f"{k}={v}" for k, v in user.items()) if isinstance(user, Mapping) else ""
+    return f"allocator    {policy} ({library}{'; ' + chosen if chosen else ''})"
+
+
 def _environment_lines(env: Mapping[str, Any], fingerprint: str | None) -> list[str]:
     cpu, os_, py = _part(env, "cpu"), _part(env, "os"), _part(env, "python")
     packages, threads, git = _part(env, "packages"), _part(env, "threads"), _part(env, "git")
@@ -213,6 +221,9 @@ def _environment_lines(env: Mapping[str, Any], fingerprint: str | None) -> list[
         "packages     " + (", ".join(f"{k} {v}" for k, v in packages.items()) or "-"),
         f"threads      {set_threads or 'no thread variables set'}",
     ]
+    allocator = _part(env, "allocator")
+    if allocator.get("policy"):
+        lines.append(_allocator_line(allocator))
     if gpus:
         lines.append("gpus         " + ", ".join(str(g.get("name")) for g in gpus))
     if git:

@@ -85,6 +85,10 @@ def main() -> int:
     out = _protocol_stream()
     _emit(out, {"event": "start", "pid": os.getpid(), "cpus": cpus})
 
+    from d5core.measure.allocator import apply_allocator_policy
+
+    apply_allocator_policy()  # the parent's policy (inherited D5_ALLOCATOR), before any job
+
     from d5core.bus import attach_plugins, get_bus
     from d5core.measure.engine import MeasureOptions
     from d5core.measure.fitness import thread_settings

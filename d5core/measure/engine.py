@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from d5core.bus import MEASURE_SAMPLE, MetricBus, get_bus
+from d5core.measure.allocator import apply_allocator_policy, page_faults
 from d5core.measure.clock import Clock, default_clock
 from d5core.measure.stats import Summary, normal_quantile, ranks_for_z, summarize
 
@@ -141,6 +142,9 @@ class Measurement:
     synchronized: bool = False
     synchronize_overhead_ns: float = 0.0
     elapsed_s: float = 0.0
+    #: Page faults (minor and major, every thread of the process) per timed call:
+    #: memory the calls took fresh from the kernel. ``None`` where not counted.
+    page_faults_per_call: float | None = None
     #: What the measured code said about itself (an operator's
     #: :meth:`~d5core.levels.operators.Operator.details`, such as its timed layout).
     details: dict[str, Any] = field(default_factory=dict)
@@ -330,6 +334,7 @@ def measure(
         once per block).
     """
     opts = options if options is not None else MeasureOptions()
+    apply_allocator_policy()  # once per process; the policy is recorded with the run
     clk = clock if clock is not None else default_clock()
     bus = bus if bus is not None else get_bus()
     if synchronize is None and not _is_cpu(opts.device):
@@ -356,6 +361,13 @@ def measure(
         block, calibration = _calibrate(fn, read, synchronize, cost_ns, opts, deadline)
 
         before = _before_each_sample(setup, opts.cold_cache)
+        # Page faults are counted around each timed block where something runs between
+        # samples (setup, cache eviction), else once around the whole sampling: a
+        # getrusage call just before the clock read costs the next call about 1 µs.
+        faults_start = page_faults()
+        counting_faults = faults_start >= 0
+        per_block = counting_faults and before is not None
+        faults = 0
         raw: list[int] = []
         append = raw.append
         publishing = bus.wants(MEASURE_SAMPLE)
@@ -368,12 +380,16 @@ def measure(
             loop = repeat(None, block)  # iterates without making int objects, as timeit
             if synchronize is not None:
                 synchronize()
+            if per_block:
+                f0 = page_faults()
             t0 = read()
             for _ in loop:
                 fn()
             if synchronize is not None:
                 synchronize()
             t1 = read()
+            if per_block:
+                faults += page_faults() - f0
             append(t1 - t0)
             n = len(raw)
             if publishing:
@@ -391,11 +407,14 @@ def measure(
                 stopped_by = "time_budget"
                 break
         end = read()
+        if counting_faults and not per_block:
+            faults = page_faults() - faults_start
     finally:
         if opts.disable_gc and gc_was_enabled:
             gc.enable()
 
     samples = [t / block / 1e9 for t in raw]
+    counted = len(raw) * block
     return Measurement(
         name=name,
         samples=samples,
@@ -411,5 +430,5 @@ def measure(
         synchronized=synchronize is not None,
         synchronize_overhead_ns=sync_ns,
         elapsed_s=(end - start) / 1e9,
+        page_faults_per_call=faults / counted if counted and counting_faults else None,
     )
-

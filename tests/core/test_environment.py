@@ -229,6 +229,7 @@ def test_fingerprint_ignores_what_changes_between_runs_on_one_machine():
         ("python", "version", "3.99.0", "python.version"),
         ("packages", "torch", "9.9.9", "packages.torch"),
         ("threads", "OMP_NUM_THREADS", "64", "threads.OMP_NUM_THREADS"),
+        ("allocator", "policy", "user", "allocator.policy"),
     ],
 )
 def test_fingerprint_changes_with_comparability_relevant_facts(section, key, value, named):

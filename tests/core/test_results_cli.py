@@ -22,6 +22,7 @@ ENV = {
     "os": {"system": "Linux", "release": "6.1", "machine": "x86_64"},
     "python": {"version": "3.11.7", "implementation": "CPython"},
     "threads": {"OMP_NUM_THREADS": "1"},
+    "allocator": {"policy": "steady", "library": "glibc 2.36", "applied": True},
     "argv": ["bench.py"],
 }
 # Short calls: a busy-wait this short is rarely preempted, so medians hold on a busy machine.
@@ -112,6 +113,7 @@ def test_show_prints_settings_environment_and_measurements(runs, d5_cli):
     out = result.stdout
     assert f"run {runs['base']}" in out and "complete" in out
     assert "Test CPU" in out and "OMP_NUM_THREADS=1" in out
+    assert "allocator    steady (glibc 2.36)" in out
     assert "forward" in out and "backend=spin" in out and "µs" in out
     assert "accuracy" in out
 

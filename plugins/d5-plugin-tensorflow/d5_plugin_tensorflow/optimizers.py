@@ -117,7 +117,7 @@ class TFOptimizer(Optimizer):
         super().__init__(lr, **hyper)
         self._params: dict[str, Variable] = {}
         self._order: tuple[str, ...] = ()
-        self._perms: dict[str, tuple[int, ...]] = {}
+        self._layouts: dict[str, Any] = {}
         self._bound = False
         self._slots: dict[str, dict[str, Variable]] = {}
         self._counts: dict[str, Variable] = {}
@@ -153,12 +153,11 @@ class TFOptimizer(Optimizer):
         self._params = _executor_variables(executor, self.name)
         self._order = tuple(self._params)
         # Variables the executor keeps in another layout than ONNX's (convolution
-        # kernels, channels-last): name -> permutation from the ONNX layout to the
-        # variable's. State is saved and loaded in the ONNX layout, as the reference's.
+        # kernels channels-last, Gemm weights after a channels-last Flatten): name ->
+        # its layout (to_native / to_onnx). State is saved and loaded in the ONNX
+        # layout, as the reference's.
         layouts = getattr(executor, "native_layouts", None)
-        self._perms = (
-            {k: tuple(v) for k, v in dict(layouts()).items()} if callable(layouts) else {}
-        )
+        self._layouts = dict(layouts()) if callable(layouts) else {}
         self._bound = True
         self._forget_variables()
 
@@ -306,9 +305,9 @@ class TFOptimizer(Optimizer):
         for slot in wanted:
             if slot in loaded:
                 value = np.asarray(loaded[slot], dtype=dtype)
-                perm = self._perms.get(name)
-                if perm is not None:  # saved in the ONNX layout, kept in the variable's
-                    value = np.ascontiguousarray(np.transpose(value, perm))
+                layout = self._layouts.get(name)
+                if layout is not None:  # saved in the ONNX layout, kept in the variable's
+                    value = layout.to_native(value)
                 if value.shape != tuple(p.shape):
                     raise UsageError(
                         f"optimizer {self.name!r}: the loaded {slot!r} of {name!r} has shape "
@@ -330,9 +329,9 @@ class TFOptimizer(Optimizer):
         state = {k: {s: a.copy() for s, a in v.items()} for k, v in self.state.items()}
         for name, slots in self._slots.items():
             steps[name] = int(self._counts[name].numpy())
-            back = np.argsort(self._perms[name]) if name in self._perms else None
+            layout = self._layouts.get(name)
             state[name] = {
-                s: np.array(v.numpy() if back is None else np.transpose(v.numpy(), back))
+                s: np.array(v.numpy() if layout is None else layout.to_onnx(v.numpy()))
                 for s, v in slots.items()
             }
         return {

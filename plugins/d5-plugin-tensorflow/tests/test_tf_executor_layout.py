@@ -11,12 +11,14 @@ import pytest
 from d5_plugin_numpy import executor as reference
 from d5_plugin_tensorflow._tf import tensorflow
 from d5_plugin_tensorflow.executor import TensorFlowExecutor
+from d5_plugin_tensorflow.graph.layout import VariableLayout
 from onnx import TensorProto, helper, numpy_helper
 
 from d5core.errors import UsageError
 from d5core.networks import zoo
 from d5core.networks.network import Network
 from d5core.runners.networks import make_feeds, with_loss
+from d5core.testing.reference_agreement import compare_with_reference, zoo_feeds
 
 tf = tensorflow()
 
@@ -75,7 +77,7 @@ def test_kernel_variables_are_in_tensorflow_layout_and_results_match_the_referen
     ex, ref = TensorFlowExecutor(model), reference.NumpyExecutor(model)
     kh, kw = weight[2:]
     assert tuple(ex.native_parameters()["w"].shape) == (kh, kw, weight[1], weight[0])
-    assert ex.native_layouts() == {"w": (2, 3, 1, 0)}
+    assert ex.native_layouts() == {"w": VariableLayout((2, 3, 1, 0))}
     want_y = ref.inference(feeds)["y"]
     np.testing.assert_allclose(ex.inference(feeds)["y"], want_y, rtol=1e-4, atol=1e-4)
     _, grads = ex.inference_and_backprop(feeds, "loss")
@@ -129,13 +131,14 @@ def _graph(name: str, training: bool) -> Any:
 
 
 #: The activations that must change layout, by network: lenet5's input has one channel
-#: (its move is a reshape) and its last pooled map goes into Flatten; resnet20's input
-#: (3 channels) goes into the first Conv, and its pooled (N, 1, 1, C) map into Flatten
-#: is a reshape; vgg has both moves.
+#: (its move is a reshape) and its last pooled map goes into a Flatten whose Gemm keeps
+#: its weight in the channels-last order (no move); resnet20's input (3 channels) goes
+#: into the first Conv, and its pooled (N, 1, 1, C) map into Flatten is a reshape; vgg's
+#: input moves, its Flatten does not.
 MOVES = {
-    "lenet5": ["n5_maxpool1/transpose"],
+    "lenet5": [],
     "resnet20": ["n0_conv0/transpose"],
-    "vgg": ["n0_conv0/transpose", "n14_maxpool2/transpose"],
+    "vgg": ["n0_conv0/transpose"],
 }
 
 
@@ -164,3 +167,58 @@ def test_train_graph_transposes_only_activations_and_their_gradients(name: str) 
     assert len(loss) == 2 and all(m.startswith("gradient_tape/") for m in loss)
     backward = [f"gradient_tape/{m}/transpose" for m in MOVES[name] if not m.startswith("n0_")]
     assert sorted(set(moved) - set(loss)) == sorted(MOVES[name] + backward)
+
+
+def test_float32_batchnorm_trains_with_the_fused_kernel_and_matches_the_reference() -> None:
+    """In training, channels-last float32 BatchNormalization with enough values per
+    channel is TensorFlow's fused op (forward and gradient one op each), smaller ones
+    the composed ops; outputs, gradients and running statistics (ONNX's biased variance,
+    not the unbiased one the fused op returns) are the reference's either way."""
+    graph = _graph("resnet20", training=True)  # batch 2: 2048, 512, 128 values per channel
+    types = [op.type for op in graph.get_operations()]
+    assert types.count("FusedBatchNormV3") == 7 and types.count("FusedBatchNormGradV3") == 7
+    assert "Rsqrt" in types  # the 14 BatchNormalizations of the smaller stages
+    net, loss = with_loss(zoo.build("resnet20", input_shape=(3, 32, 32), classes=10, seed=0))
+    compare_with_reference(TensorFlowExecutor, net, zoo_feeds(net, seed=3), loss, rel=1e-3)
+
+
+def test_a_gemm_after_a_channels_last_flatten_keeps_its_weight_in_that_order() -> None:
+    """lenet5's first Gemm reads the Flatten of a channels-last map: its variable holds
+    the weight with the K axis in (H, W, C) order, the parameters API still speaks
+    ONNX's layout, and the network computes what the reference does."""
+    net = Network(zoo.ZOO["lenet5"](batch=2))
+    ex = TensorFlowExecutor(net)
+    name = "gemm0.weight"
+    onnx_value = net.parameters[name]
+    layout = ex.native_layouts()[name]
+    assert layout.view is not None and layout.view[1:] == (16, 5, 5)
+    variable = ex._vars[name].numpy()
+    np.testing.assert_array_equal(variable, layout.to_native(onnx_value))
+    assert not np.array_equal(variable, onnx_value)
+    np.testing.assert_array_equal(ex.get_parameters()[name], onnx_value)
+    changed = onnx_value + 1.0
+    ex.set_parameters({name: changed})
+    np.testing.assert_array_equal(ex.get_parameters()[name], changed)
+    feeds = make_feeds(net, 2, seed=1)
+    ref = reference.NumpyExecutor(net)
+    ref.set_parameters({name: changed})
+    np.testing.assert_allclose(
+        ex.inference(feeds)["output"], ref.inference(feeds)["output"], rtol=1e-4, atol=1e-5
+    )
+
+
+def test_a_flatten_whose_output_is_also_read_elsewhere_moves_back_to_onnx_order() -> None:
+    """When the flattened values are a graph output too, they must be in ONNX's order:
+    the weight keeps ONNX's layout and the Flatten transposes as before."""
+    model = zoo.ZOO["lenet5"](batch=2)
+    flatten = next(n for n in model.graph.node if n.op_type == "Flatten")
+    model.graph.output.append(
+        helper.make_tensor_value_info(flatten.output[0], TensorProto.FLOAT, [2, 400])
+    )
+    net = Network(model)
+    ex = TensorFlowExecutor(net)
+    assert "gemm0.weight" not in ex.native_layouts()
+    feeds = make_feeds(net, 2, seed=1)
+    got, want = ex.inference(feeds), reference.NumpyExecutor(net).inference(feeds)
+    for key, value in want.items():
+        np.testing.assert_allclose(got[key], value, rtol=1e-4, atol=1e-5, err_msg=key)

@@ -234,3 +234,57 @@ def test_misuse_is_a_one_line_usage_error() -> None:
     adam.load_state_dict({"state": {"w": {"velocity": np.zeros((3, 2))}}})
     with pytest.raises(UsageError, match=r"^optimizer 'tf-adam': the loaded state of 'w' holds"):
         adam.step(_params(), _gradients(1)[0])
+
+
+class _LaidOutExecutor:
+    """A variable kept in another layout than ONNX's, as the executor keeps a Gemm
+    weight read after a channels-last Flatten."""
+
+    name = "tensorflow"
+
+    def __init__(self, onnx_value: np.ndarray, layout: Any) -> None:
+        self.layout = layout
+        stored = onnx_value if layout is None else layout.to_native(onnx_value)
+        self.variables = {"w": tf.Variable(stored)}
+
+    def native_parameters(self) -> dict[str, Any]:
+        return self.variables
+
+    def native_layouts(self) -> dict[str, Any]:
+        return {} if self.layout is None else {"w": self.layout}
+
+
+def test_state_of_a_laid_out_variable_is_saved_and_loaded_in_onnx_layout() -> None:
+    from d5_plugin_tensorflow.graph.layout import flat_weight_layout
+
+    layout = flat_weight_layout(3, (2, 2), 2, trans_b=True)  # w (2, 12), K in (H, W, C)
+    rng = np.random.default_rng(3)
+    value = rng.normal(size=(2, 12))
+    grads = [rng.normal(size=(2, 12)) for _ in range(3)]
+    runs = {}
+    for key, lay in (("plain", None), ("laid out", layout)):
+        ex, opt = _LaidOutExecutor(value, lay), _load("tf-adam")(lr=0.1)
+        opt.bind(ex)
+        for g in grads:
+            opt.native_step({"w": tf.constant(g if lay is None else lay.to_native(g))})
+        runs[key] = (ex, opt)
+    (plain, plain_opt), (laid, laid_opt) = runs["plain"], runs["laid out"]
+    np.testing.assert_allclose(
+        layout.to_onnx(laid.variables["w"].numpy()), plain.variables["w"].numpy(), rtol=1e-12
+    )
+    saved = laid_opt.state_dict()
+    for slot, array in plain_opt.state_dict()["state"]["w"].items():
+        np.testing.assert_allclose(saved["state"]["w"][slot], array, rtol=1e-12)
+    # loaded into a fresh optimizer on the laid-out variable, it continues the same way
+    resumed_ex, resumed = (
+        _LaidOutExecutor(layout.to_onnx(laid.variables["w"].numpy()), layout),
+        _load("tf-adam")(lr=0.1),
+    )
+    resumed.bind(resumed_ex)
+    resumed.load_state_dict(saved)
+    step = rng.normal(size=(2, 12))
+    resumed.native_step({"w": tf.constant(layout.to_native(step))})
+    plain_opt.native_step({"w": tf.constant(step)})
+    np.testing.assert_allclose(
+        layout.to_onnx(resumed_ex.variables["w"].numpy()), plain.variables["w"].numpy(), rtol=1e-12
+    )

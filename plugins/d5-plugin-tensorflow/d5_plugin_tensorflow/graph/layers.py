@@ -170,6 +170,7 @@ class LayerNodes(NodeBuilder):
         eps, m = float(a.get("epsilon", 1e-5)), float(a.get("momentum", 0.9))
         names = list(node.input[:5])
         outputs = list(node.output[:1])
+        xla = self.xla
 
         def make(channels_last: bool) -> Fn:
             def shaped(v: Any, x: Any) -> Any:
@@ -183,14 +184,30 @@ class LayerNodes(NodeBuilder):
 
             def train(x: Any, s: Any, b: Any, mu: Any, var: Any) -> tuple[Any, ...]:
                 rank = rank_of(x)
+                if channels_last and not xla and _fusable(x, s, b):
+                    return fused_train(x, s, b, mu, var)
                 axes = list(range(rank - 1)) if channels_last else [0, *range(2, rank)]
                 bmean, bvar = tf.nn.moments(x, axes)
-                y = (x - shaped(bmean, x)) * shaped(s * tf.math.rsqrt(bvar + eps), x)
+                # as tf.nn.batch_normalization computes it (Keras's layers use it)
+                inv = s * tf.math.rsqrt(bvar + eps)
+                y = x * shaped(inv, x) + shaped(b - bmean * inv, x)
                 new_mean = tf.stop_gradient(m * mu + (1 - m) * bmean)
                 new_var = tf.stop_gradient(m * var + (1 - m) * bvar)
-                return y + shaped(b, x), new_mean, new_var
+                return y, new_mean, new_var
 
             return train if self.training else infer
+
+        def fused_train(x: Any, s: Any, b: Any, mu: Any, var: Any) -> tuple[Any, ...]:
+            # TensorFlow's fused kernel, forward and gradient each one op (FusedBatchNormV3
+            # and its grad), normalising with the biased batch variance as ONNX does; it
+            # returns the unbiased one for the running statistics, rescaled to ONNX's
+            n = x.shape[0] * x.shape[1] * x.shape[2]
+            y, bmean, bvar = tf.compat.v1.nn.fused_batch_norm(
+                x, s, b, epsilon=eps, data_format="NHWC", is_training=True
+            )
+            new_mean = tf.stop_gradient(m * mu + (1 - m) * bmean)
+            new_var = tf.stop_gradient(m * var + (1 - m) * bvar * ((n - 1) / n))
+            return y, new_mean, new_var
 
         fn = NodeFn(
             node.name, node.op_type, make(False), names, outputs,
@@ -313,3 +330,22 @@ class LayerNodes(NodeBuilder):
         return self._node(
             node, lambda p, t: (reducers[reduction](tf.square(p - t)),), node.input[:2]
         )
+
+
+#: Values per channel (batch times spatial size) from which the fused kernel is used. On
+#: the project's machine its forward and gradient took 0.78-0.92x the composed ops' time
+#: from 2048 values per channel up, and 1.12-1.15x below 1024 (resnet20's train step at
+#: batch 1 was 1.24x Keras's with it everywhere).
+FUSED_MIN_VALUES = 2048
+
+
+def _fusable(x: Any, scale: Any, bias: Any) -> bool:
+    """Whether TensorFlow's fused batch normalization takes ``x`` (channels last) and pays:
+    4-D float32 with a static shape of at least :data:`FUSED_MIN_VALUES` values per
+    channel, float32 scale and bias."""
+    shape = x.shape
+    if len(shape) != 4 or any(d is None for d in shape[:3]) or x.dtype != tf.float32:
+        return False
+    if scale.dtype != tf.float32 or bias.dtype != tf.float32:
+        return False
+    return int(shape[0]) * int(shape[1]) * int(shape[2]) >= FUSED_MIN_VALUES

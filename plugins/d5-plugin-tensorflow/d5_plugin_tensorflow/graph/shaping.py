@@ -68,6 +68,13 @@ class ShapingNodes(NodeBuilder):
             ax = axis % len(shape) if axis < 0 else axis
             return (tf.reshape(x, [math.prod(shape[:ax]), math.prod(shape[ax:])]),)
 
+        if node.output[0] in self.cl_flattens:
+            # the channels-last form flattened as it is: the Gemm weights that read it are
+            # kept in this order (the executor chose the node; always this form, so that
+            # the order never depends on how the input was produced)
+            return self._node(
+                node, flatten, [node.input[0]], cl=ChannelsLast(flatten, (0,), always=True)
+            )
         return self._node(node, flatten, [node.input[0]])
 
     def op_Transpose(self, node: onnx.NodeProto, a: dict[str, Any]) -> NodeFn:

@@ -102,6 +102,9 @@ class NodeBuilder:
     :param tf_kernels: the convolution weights (Conv and ConvTranspose input 1) the
         executor keeps in TensorFlow's kernel layout (see :func:`~.layout.kernel_perm`);
         the others are in ONNX's layout and transposed in the graph.
+    :param cl_flattens: the outputs of Flatten nodes that flatten the channels-last form
+        of their input as it is, for Gemm weights kept in that order (see
+        :func:`~.layout.flat_weight_layout`).
     """
 
     def __init__(
@@ -113,11 +116,13 @@ class NodeBuilder:
         xla: bool = False,
         value_types: Sequence[onnx.ValueInfoProto] = (),
         tf_kernels: frozenset[str] = frozenset(),
+        cl_flattens: frozenset[str] = frozenset(),
     ) -> None:
         self.opset, self.training, self.xla = opset, training, xla
         self.constants = constants or {}
         self.value_types = list(value_types)
         self.tf_kernels = tf_kernels
+        self.cl_flattens = cl_flattens
 
     def supports(self, op_type: str) -> bool:
         """Whether a node of ``op_type`` can be translated."""
