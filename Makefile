@@ -15,11 +15,16 @@ STAMP  := $(VENV)/.installed
 
 dev: $(STAMP) ## .venv with d5core and every shareable plugin, editable
 
-$(STAMP): pyproject.toml $(foreach p,$(SHARED_PLUGINS),plugins/$(p)/pyproject.toml)
+# The native kernels (d5-kernels) build with scikit-build-core and pybind11 from the venv,
+# so that an edit of their C++ rebuilds on the next import.
+$(STAMP): pyproject.toml $(foreach p,$(SHARED_PLUGINS),plugins/$(p)/pyproject.toml) \
+          kernels/pyproject.toml kernels/CMakeLists.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check \
 	    "$(TORCH)" -e ".[test]" $(foreach p,$(SHARED_PLUGINS),-e "plugins/$(p)[test]") \
-	    nox ruff mypy
+	    nox ruff mypy scikit-build-core==0.11.6 pybind11==2.13.6
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check \
+	    --no-build-isolation -e "kernels[test]"
 	touch $(STAMP)
 
 # The demo keeps its results in the project, not in the per-user database.

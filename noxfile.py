@@ -37,7 +37,7 @@ SHARED = [
     "d5-plugin-tensorflow",
 ]
 
-nox.options.sessions = ["core", "plugin", "example", "integration", "lint", "types"]
+nox.options.sessions = ["core", "plugin", "kernels", "example", "integration", "lint", "types"]
 nox.options.error_on_external_run = True
 
 
@@ -79,6 +79,14 @@ def plugin(session: nox.Session, plugin: str) -> None:
         *PINS.get(plugin, []), "-e", ".", *reference, *companions, "-e", f"plugins/{plugin}[test]"
     )
     pytest(session, f"plugin-{plugin}", f"plugins/{plugin}/tests")
+
+
+@nox.session
+def kernels(session: nox.Session) -> None:
+    """d5-kernels, the native C++ backend, built from source with build isolation, beside
+    d5core and the numpy reference it is validated against."""
+    session.install("-e", ".[test]", "-e", f"plugins/{REFERENCE}", "./kernels[test]")
+    pytest(session, "kernels", "kernels/tests")
 
 
 @nox.session

@@ -1,4 +1,5 @@
-"""Build the wheels of d5core and of every plugin under ``plugins/`` into one folder.
+"""Build the wheels of d5core, of every plugin under ``plugins/`` and of the native kernels
+(``kernels/``) into one folder.
 
 Each project (the repository root, whose ``pyproject.toml`` is d5core's, and each
 ``plugins/*/`` with a ``pyproject.toml``) is built with ``python -m pip wheel --no-deps``:
@@ -27,14 +28,19 @@ __all__ = ["ROOT", "build_wheels", "main", "projects"]
 ROOT = Path(__file__).resolve().parents[1]
 #: The distribution the repository root builds.
 CORE = "d5core"
+#: The native kernels' distribution and its folder (built with scikit-build-core, C++).
+KERNELS, KERNELS_DIR = "d5-kernels", "kernels"
 
 
 def projects(root: Path = ROOT) -> dict[str, Path]:
     """Every project that builds a wheel, by distribution name: d5core first, then the
-    plugins in name order (a plugin's distribution is named like its folder)."""
+    plugins in name order (a plugin's distribution is named like its folder), then
+    d5-kernels."""
     found = {CORE: root}
     for pyproject in sorted((root / "plugins").glob("*/pyproject.toml")):
         found[pyproject.parent.name] = pyproject.parent
+    if (root / KERNELS_DIR / "pyproject.toml").is_file():
+        found[KERNELS] = root / KERNELS_DIR
     return found
 
 

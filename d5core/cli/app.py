@@ -49,6 +49,7 @@ CORE_COMMANDS: dict[str, str] = {
     "conformance": "d5core.cli.conformance_cmd:conformance",
     "run": "d5core.cli.run_cmd:run",
     "calibrate": "d5core.cli.calibrate_cmd:calibrate",
+    "op": "d5core.cli.op_cmd:op",
 }
 
 

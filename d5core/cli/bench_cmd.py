@@ -331,8 +331,15 @@ def _note(gathered: Gathered, close: Sequence[str], unstable: bool) -> str:
 
 
 @bench.command("op")
-@click.argument("op")
+@click.argument("op", required=False)
 @click.option("--backends", required=True, help="Comma-separated backends, e.g. numpy,torch.")
+@click.option(
+    "--custom",
+    "custom",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="A C++ custom operator's source: build it and time it in each of --backends.",
+)
 @click.option("--suite", default=None, help="A shape suite, e.g. cpu-small or deepbench.")
 @click.option("--shape", default=None, help="Input shapes instead of a suite, e.g. 64x64,64x64.")
 @click.option("--attr", "attrs", multiple=True, metavar="KEY=VALUE", help="Operator attribute.")
@@ -355,8 +362,9 @@ def _note(gathered: Gathered, close: Sequence[str], unstable: bool) -> str:
 @json_option
 @db_option
 def bench_op(
-    op: str,
+    op: str | None,
     backends: str,
+    custom: Path | None,
     suite: str | None,
     shape: str | None,
     attrs: tuple[str, ...],
@@ -387,17 +395,28 @@ def bench_op(
     from d5core.workloads.roofline import cpu_peak
 
     names = parse_list(backends, "backends")
-    problems = _op_problems(op, suite, shape, parse_attributes(attrs))
-    check_bench_request(problems, names, dtype)
-    devices = _check_backends(problems, names, dtype)
+    directions = ["forward", "backward"] if direction == "both" else [direction]
+    if custom is not None:  # a C++ custom operator, built for each framework
+        if op is not None or suite is not None:
+            raise UsageError("--custom names the operator itself; leave out OP and --suite")
+        op, names, problems, devices, jobs, keys = _custom_plan(
+            custom, names, shape, attrs, directions, dtype, seed, quiet=as_json
+        )
+        check_bench_request(problems, names, dtype)
+    elif op is None:
+        raise UsageError("give the operator OP (or --custom FILE for a C++ custom operator)")
+    else:
+        problems = _op_problems(op, suite, shape, parse_attributes(attrs))
+        check_bench_request(problems, names, dtype)
+        devices = _check_backends(problems, names, dtype)
+        jobs, keys = _op_jobs(problems, names, directions, dtype, seed)
     peak = cpu_peak()
     peak_rate = peak.gflops.get(dtype)
     options = measure_options(min_samples, max_samples, time_budget, rel_ci, warmup)
     pinned = None if cpus is None else parse_cpus(cpus)
-    directions = ["forward", "backward"] if direction == "both" else [direction]
-    jobs, keys = _op_jobs(problems, names, directions, dtype, seed)
     config = {
         "op": op,
+        "custom": None if custom is None else str(custom.resolve()),
         "backends": names,
         "suite": suite,
         "problems": [p.label for p in problems],
@@ -438,6 +457,32 @@ def bench_op(
         f"peak: {peak_rate:.0f} GFLOP/s ({peak.source})" if peak_rate else f"peak: {peak.source}"
     )
     _print_footer(outcome, floor)
+
+
+def _custom_plan(
+    source: Path,
+    names: Sequence[str],
+    shape: str | None,
+    attrs: tuple[str, ...],
+    directions: Sequence[str],
+    dtype: str,
+    seed: int,
+    *,
+    quiet: bool,
+) -> tuple[
+    str, list[str], list[Problem], dict[str, str], list[Job], list[tuple[Problem, str, str]]
+]:
+    """``--custom``: build the operator for each framework of ``names`` (one not
+    installed is skipped with a note) and lay out its jobs, as ``d5 bench op`` does."""
+    from d5core.customop.runner import bench_plan
+    from d5core.workloads.problems import parse_shapes
+
+    plan = bench_plan(
+        source, names, shapes=None if shape is None else parse_shapes(shape),
+        attributes=parse_attributes(attrs), directions=directions, dtype=dtype, seed=seed,
+        on_note=None if quiet else lambda line: click.echo(f"d5: {line}", err=True),
+    )  # fmt: skip
+    return plan.build.spec.name, plan.names, plan.problems, plan.devices, plan.jobs, plan.keys
 
 
 def _check_backends(
@@ -592,7 +637,8 @@ def _print_footer(outcome: Invocations, floor: NoiseFloor | None) -> None:
     out.print("! marks a measurement whose IQR exceeds 10% of its median (unstable)")
     out.print(
         "threads: the threads one operator ran on in the workers (torch.get_num_threads(), "
-        "TensorFlow's and ONNX Runtime's intra-op pool, else OMP_NUM_THREADS); ? = not reported"
+        "TensorFlow's and ONNX Runtime's intra-op pool, the native kernels' OpenMP threads, "
+        "else OMP_NUM_THREADS); ? = not reported"
     )
 
 

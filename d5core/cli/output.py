@@ -40,6 +40,7 @@ SCHEMA_VERSIONS: dict[str, int] = {
     "calibrate": 1,
     "conformance": 1,
     "list-plugins": 1,
+    "op build": 1,
     "results compare": 1,
     "results export": 1,
     "results list": 1,

@@ -12,7 +12,7 @@ from rich.table import Table
 from d5core.cli._parse import parse_attributes
 from d5core.cli.options import db_option, json_option
 from d5core.cli.output import console, print_json
-from d5core.errors import CheckFailed
+from d5core.errors import CheckFailed, UsageError
 
 __all__ = ["validate"]
 
@@ -42,8 +42,21 @@ def _tolerances(rtol: float | None, atol: float | None, dtype: str) -> Any:
 
 
 @validate.command("op")
-@click.argument("op")
-@click.option("--backend", "backend", required=True, help="Backend to check (e.g. torch).")
+@click.argument("op", required=False)
+@click.option("--backend", "backend", default=None, help="Backend to check (e.g. torch).")
+@click.option(
+    "--custom",
+    "custom",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="A C++ custom operator's source: build it and validate it in --backends.",
+)
+@click.option(
+    "--backends",
+    "backends",
+    default=None,
+    help="With --custom: comma-separated frameworks (default: every installed one).",
+)
 @click.option("--shape", "shape", default=None, help="Input shapes, e.g. 4x3,3x5.")
 @click.option("--attr", "attrs", multiple=True, metavar="KEY=VALUE", help="Operator attribute.")
 @click.option("--dtype", default="float32", show_default=True, help="Element type.")
@@ -59,8 +72,10 @@ def _tolerances(rtol: float | None, atol: float | None, dtype: str) -> Any:
 @json_option
 @db_option
 def validate_op(
-    op: str,
-    backend: str,
+    op: str | None,
+    backend: str | None,
+    custom: Path | None,
+    backends: str | None,
     shape: str | None,
     attrs: tuple[str, ...],
     dtype: str,
@@ -73,6 +88,10 @@ def validate_op(
     """Validate operator OP of a backend: forward and backward against the reference,
     and the backward against central differences in float64.
 
+    With --custom FILE (and no OP), the C++ custom operator in FILE is built for each
+    framework and validated in each: its forward against the numpy build's, its
+    backward against central differences in float64.
+
     Exit 0 when every check passes, 1 when one fails (naming the output or input and
     the metric), 2 on bad usage.
     """
@@ -81,6 +100,14 @@ def validate_op(
     from d5core.workloads.problems import parse_shapes
 
     tolerances = _tolerances(rtol, atol, dtype)
+    if custom is not None:
+        _validate_custom(custom, op, backend, backends, shape, attrs, dtype, seed, tolerances,
+                         as_json, db)  # fmt: skip
+        return
+    if op is None or backend is None:
+        raise UsageError("give OP and --backend (or --custom FILE for a C++ custom operator)")
+    if backends is not None:
+        raise UsageError("--backends goes with --custom; name one backend with --backend")
     problem = problem_for(
         op,
         shapes=None if shape is None else parse_shapes(shape),
@@ -108,6 +135,69 @@ def validate_op(
         failures = result.report.failures()
         more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
         raise CheckFailed(f"{op} on {backend} ({dtype}) failed: {failures[0]}{more}")
+
+
+def _store_validation(store: Any, result: Any, seed: int) -> str:
+    """Record one operator validation as a run of the results store; its id."""
+    config = {"op": result.op, "backend": result.backend, "dtype": result.dtype,
+              "problem": result.problem}  # fmt: skip
+    with store.run("validate", f"{result.op} {result.backend}", config=config, seed=seed) as run_id:
+        store.add_metric(run_id, "passed", float(result.passed))
+        for check in [*result.report.outputs, *result.report.gradients]:
+            for metric, value in (check.metrics or {}).items():
+                if math.isfinite(value):
+                    labels = {"check": check.label, "method": getattr(check, "method", "")}
+                    store.add_metric(run_id, metric, value, labels=labels)
+        store.finish_run(run_id, "complete")
+    return str(run_id)
+
+
+def _validate_custom(
+    custom: Path,
+    op: str | None,
+    backend: str | None,
+    backends: str | None,
+    shape: str | None,
+    attrs: tuple[str, ...],
+    dtype: str,
+    seed: int,
+    tolerances: Any,
+    as_json: bool,
+    db: Path | None,
+) -> None:
+    """``d5 validate op --custom FILE``: build, validate in each framework, store, report."""
+    from d5core.cli._parse import parse_list
+    from d5core.customop.runner import validate_custom
+    from d5core.results.store import ResultsStore
+    from d5core.workloads.problems import parse_shapes
+
+    if op is not None or backend is not None:
+        raise UsageError("--custom names the operator itself; leave out OP and use --backends")
+    outcome = validate_custom(
+        custom,
+        None if backends is None else parse_list(backends, "backends"),
+        shapes=None if shape is None else parse_shapes(shape),
+        attributes=parse_attributes(attrs),
+        dtype=dtype,
+        seed=seed,
+        tolerances=tolerances,
+        on_note=None if as_json else lambda line: click.echo(f"d5: {line}", err=True),
+    )
+    data = []
+    with ResultsStore.open(db) as store:
+        for result in outcome.results:
+            data.append({**result.to_json(), "run_id": _store_validation(store, result, seed)})
+    if as_json:
+        print_json(data)
+    else:
+        for result in outcome.results:
+            _print_report(result)
+    if not outcome.passed:
+        failed = outcome.failures()
+        raise CheckFailed(
+            f"{outcome.build.spec.name} ({dtype}) failed in {len(failed)} of "
+            f"{len(outcome.results)} frameworks: " + "; ".join(failed)
+        )
 
 
 def _print_report(result: Any) -> None:

@@ -24,6 +24,7 @@ from types import ModuleType
 
 from d5core.hookspecs import (
     cli,
+    customop,
     distributed,
     metrics,
     networks,
@@ -40,6 +41,7 @@ __all__ = ["MERGED_HOOKS", "PROJECT", "SPEC_MODULES", "hookimpl", "hookspec", "p
 SPEC_MODULES: tuple[ModuleType, ...] = (
     plugin,
     operators,
+    customop,
     networks,
     training,
     distributed,

@@ -83,6 +83,7 @@ THREAD_COUNT_SETTINGS: dict[str, str] = {
     "torch": "torch.get_num_threads()",
     "tensorflow": "tf.config.threading.intra_op_parallelism_threads",
     "onnxruntime": "onnxruntime.SessionOptions.intra_op_num_threads",
+    "native": "d5_kernels.omp_threads",
 }
 #: The thread count of every other backend (numpy's, and those that compute with numpy):
 #: the threads of numpy's BLAS, which this variable sets; unset, BLAS starts one thread

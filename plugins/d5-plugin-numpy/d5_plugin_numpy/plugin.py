@@ -7,7 +7,7 @@ from typing import Any
 
 from d5core.api import hookimpl
 
-d5_plugin_api = ">=1.0,<2"
+d5_plugin_api = ">=1.3,<2"
 
 
 @hookimpl
@@ -32,3 +32,11 @@ def d5_plugin_check() -> list[str]:
     if not np.array_equal(a @ a.T, np.array([[5.0, 14.0], [14.0, 50.0]])):
         return ["numpy computed a wrong 2x3 matrix product; reinstall numpy"]
     return []
+
+
+@hookimpl
+def d5_custom_op_glue() -> Any:
+    """The numpy glue of C++ custom operators (a pybind11 module)."""
+    from d5_plugin_numpy.custom_op import NumpyCustomOpGlue
+
+    return NumpyCustomOpGlue()

@@ -16,7 +16,7 @@ from typing import Any
 from d5_plugin_tensorflow import _tf
 from d5core.api import hookimpl
 
-d5_plugin_api = ">=1.1,<2"
+d5_plugin_api = ">=1.3,<2"
 
 
 @hookimpl
@@ -82,3 +82,11 @@ def d5_plugin_check() -> list[str]:
     if got != [[5.0, 14.0], [14.0, 50.0]]:
         return [f"tensorflow {tf.__version__} computed a wrong 2x3 matrix product"]
     return []
+
+
+@hookimpl
+def d5_custom_op_glue() -> Any:
+    """The TensorFlow glue of C++ custom operators (an op library with its gradient)."""
+    from d5_plugin_tensorflow.custom_op import TensorflowCustomOpGlue
+
+    return TensorflowCustomOpGlue()

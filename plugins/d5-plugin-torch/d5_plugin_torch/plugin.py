@@ -13,7 +13,7 @@ from typing import Any
 
 from d5core.api import hookimpl
 
-d5_plugin_api = ">=1.0,<2"
+d5_plugin_api = ">=1.3,<2"
 
 
 def _torch_if_loaded() -> Any:
@@ -35,9 +35,7 @@ def d5_environment_info() -> Mapping[str, Any]:
     }
     if torch.cuda.is_available():
         info["cuda"] = torch.version.cuda
-        info["devices"] = [
-            torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())
-        ]
+        info["devices"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
     return info
 
 
@@ -85,3 +83,11 @@ def d5_plugin_check() -> list[str]:
     if not torch.equal(x @ x.T, expected):
         return [f"torch {torch.__version__} computed a wrong 2x3 matrix product"]
     return []
+
+
+@hookimpl
+def d5_custom_op_glue() -> Any:
+    """The torch glue of C++ custom operators (``TORCH_LIBRARY`` with autograd)."""
+    from d5_plugin_torch.custom_op import TorchCustomOpGlue
+
+    return TorchCustomOpGlue()

@@ -1,0 +1,102 @@
+"""Relu and Softmax, element-wise and line-wise loops in C++."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from d5_kernels import _native
+from d5_kernels.ops._base import NativeOperator, Signature
+from d5core.api import onnx_signature
+
+__all__ = ["Relu", "Softmax"]
+
+
+@dataclass(frozen=True)
+class ElementwisePlan:
+    shape: tuple[int, ...]
+
+
+class Relu(NativeOperator[ElementwisePlan]):
+    """``max(x, 0)``; the gradient at 0 is 0, as in the reference."""
+
+    op_type = "Relu"
+    slots, attribute_defaults = onnx_signature("Relu")
+    algorithm = "element-wise loop"
+
+    def plan(self, sig: Signature) -> ElementwisePlan:
+        shape = sig.shapes[0]
+        assert shape is not None
+        return ElementwisePlan(shape)
+
+    def output_specs(self, plan: ElementwisePlan, dtype: str) -> list[tuple[tuple[int, ...], str]]:
+        return [(plan.shape, dtype)]
+
+    def run_forward(
+        self, plan: ElementwisePlan, inputs: Sequence[Any], outputs: Sequence[Any]
+    ) -> None:
+        _native.relu_forward(inputs[0], outputs[0])
+
+    def run_backward(
+        self,
+        plan: ElementwisePlan,
+        grad_outputs: Sequence[Any],
+        inputs: Sequence[Any],
+        outputs: Sequence[Any],
+        grads: Sequence[Any],
+    ) -> None:
+        _native.relu_backward(inputs[0], grad_outputs[0], grads[0])
+
+
+@dataclass(frozen=True)
+class LinePlan:
+    shape: tuple[int, ...]
+    outer: int
+    axis: int
+    inner: int
+
+
+class Softmax(NativeOperator[LinePlan]):
+    """ONNX ``Softmax`` (opset 13): normalized exponentials along the one axis ``axis``,
+    computed on X viewed as (outer, axis, inner)."""
+
+    op_type = "Softmax"
+    slots, attribute_defaults = onnx_signature("Softmax")
+    algorithm = "line-wise loops"
+
+    def configure(self) -> None:
+        self.axis = int(self.attr("axis"))
+
+    def plan(self, sig: Signature) -> LinePlan:
+        shape = self.require_rank(sig, 0, at_least=1)
+        if not -len(shape) <= self.axis < len(shape):
+            raise self.fail(f"axis {self.axis} is out of range for input of shape {shape}")
+        axis = self.axis % len(shape)
+        return LinePlan(shape, math.prod(shape[:axis]), shape[axis], math.prod(shape[axis + 1 :]))
+
+    def output_specs(self, plan: LinePlan, dtype: str) -> list[tuple[tuple[int, ...], str]]:
+        return [(plan.shape, dtype)]
+
+    def needs_outputs(self) -> bool:
+        return True
+
+    def run_forward(self, plan: LinePlan, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
+        if plan.axis == 0 or math.prod(plan.shape) == 0:
+            return
+        _native.softmax_forward(inputs[0], outputs[0], plan.outer, plan.axis, plan.inner)
+
+    def run_backward(
+        self,
+        plan: LinePlan,
+        grad_outputs: Sequence[Any],
+        inputs: Sequence[Any],
+        outputs: Sequence[Any],
+        grads: Sequence[Any],
+    ) -> None:
+        if plan.axis == 0 or math.prod(plan.shape) == 0:
+            return
+        _native.softmax_backward(
+            outputs[0], grad_outputs[0], grads[0], plan.outer, plan.axis, plan.inner
+        )

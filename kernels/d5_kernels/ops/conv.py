@@ -1,0 +1,78 @@
+"""Conv 2-D: im2col plus the packed GEMM, in C++.
+
+Per image and group the kernel lays the input windows out as columns (im2col, skipped for
+a 1x1 convolution with unit strides and no padding) and multiplies the weights by them
+with the GEMM; the backward multiplies by the same columns for dW and scatters
+``W^T dY`` back (col2im) for dX. See kernels/README.md for why im2col.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from d5_kernels import _native
+from d5_kernels.ops._base import NativeOperator, Signature
+from d5core.api import SpatialWindow, check_auto_pad, conv_window, onnx_signature
+
+__all__ = ["Conv", "ConvPlan"]
+
+
+@dataclass(frozen=True)
+class ConvPlan:
+    out: tuple[int, ...]
+    #: (stride_h, stride_w, dilation_h, dilation_w, pad_top, pad_left, pad_bottom, pad_right)
+    params: tuple[int, ...]
+
+
+class Conv(NativeOperator[ConvPlan]):
+    """ONNX ``Conv`` over 2 spatial axes, with strides, pads (or ``auto_pad``),
+    dilations and groups."""
+
+    op_type = "Conv"
+    slots, attribute_defaults = onnx_signature("Conv")
+    algorithm = "im2col + packed GEMM"
+
+    def configure(self) -> None:
+        self.auto_pad = check_auto_pad(self.op_type, self.attr("auto_pad"))
+        self.group = int(self.attr("group"))
+        if self.group < 1:
+            raise self.fail(f"attribute group must be positive, got {self.group}")
+
+    def plan(self, sig: Signature) -> ConvPlan:
+        x = self.require_rank(sig, 0, (4,), what="(N, C, H, W): the native Conv is 2-D")
+        w = self.require_rank(sig, 1, (4,), what="(M, C/group, kH, kW)")
+        bias = sig.shapes[2] if len(sig.shapes) > 2 else None
+        kernel = self.ints("kernel_shape")
+        if kernel is not None and tuple(kernel) != tuple(w[2:]):
+            raise self.fail(
+                f"attribute kernel_shape {kernel} does not match W's spatial shape {list(w[2:])}"
+            )
+        win: SpatialWindow = conv_window(
+            self.op_type, x, w, bias, self.group, self.auto_pad, self.ints
+        )
+        out = win.out_sizes()
+        (ph, pe_h), (pw, pe_w) = win.pads
+        params = (*win.strides, *win.dilations, ph, pw, pe_h, pe_w)
+        return ConvPlan((x[0], w[0], *out), tuple(int(p) for p in params))
+
+    def output_specs(self, plan: ConvPlan, dtype: str) -> list[tuple[tuple[int, ...], str]]:
+        return [(plan.out, dtype)]
+
+    def run_forward(self, plan: ConvPlan, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
+        bias = inputs[2] if len(inputs) > 2 else None
+        _native.conv2d_forward(inputs[0], inputs[1], bias, outputs[0], self.group, plan.params)
+
+    def run_backward(
+        self,
+        plan: ConvPlan,
+        grad_outputs: Sequence[Any],
+        inputs: Sequence[Any],
+        outputs: Sequence[Any],
+        grads: Sequence[Any],
+    ) -> None:
+        db = grads[2] if len(grads) > 2 else None
+        _native.conv2d_backward(
+            inputs[0], inputs[1], grad_outputs[0], grads[0], grads[1], db, self.group, plan.params
+        )

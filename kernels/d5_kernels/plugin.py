@@ -1,0 +1,52 @@
+"""The plugin module of d5-kernels: what it records about the environment, the threads it
+uses, and a fitness check that runs a small product through the compiled GEMM."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from d5_kernels import runtime
+from d5core.api import hookimpl
+
+__all__ = ["d5_environment_info", "d5_plugin_api", "d5_plugin_check", "d5_thread_settings"]
+
+d5_plugin_api = ">=1.2,<2"
+
+
+@hookimpl
+def d5_environment_info() -> Mapping[str, Any]:
+    from d5_kernels import __version__
+
+    chosen = runtime.isa()
+    return {
+        "d5-kernels": __version__,
+        "isa": chosen,
+        "available_isas": runtime.available_isas(),
+        "compiler": runtime.compiler(),
+        "openmp": runtime.openmp_version(),
+        "omp_threads": runtime.num_threads(),
+        "gemm_blocking_float32": runtime.blocking(chosen, "float32")._asdict(),
+    }
+
+
+@hookimpl
+def d5_thread_settings() -> Mapping[str, str] | None:
+    return {"d5_kernels.omp_threads": str(runtime.num_threads())}
+
+
+@hookimpl
+def d5_plugin_check() -> list[str]:
+    from d5_kernels import _native
+
+    x = np.arange(6, dtype=np.float64).reshape(2, 3)
+    y = np.empty((2, 2))
+    try:
+        _native.gemm(x, x.T, y, 1.0, 0.0)
+    except Exception as exc:  # a broken build must be reported, not raised
+        return [f"d5-kernels' compiled GEMM failed ({exc}); reinstall d5-kernels"]
+    if y.tolist() != [[5.0, 14.0], [14.0, 50.0]]:
+        return [f"d5-kernels' GEMM ({runtime.isa()}) computed a wrong 2x3 matrix product"]
+    return []

@@ -1,0 +1,118 @@
+"""Run-time controls of the compiled module: the micro-kernel ISA, the OpenMP threads,
+and facts about the build (compiler, OpenMP version, blocking sizes, FMA peak).
+
+The ISA is the best the CPU offers unless the environment variable ``D5_KERNELS_ISA``
+(``generic``, ``avx2`` or ``avx512``) names another when the module loads, or
+:func:`set_isa` chooses one later; tests force each path this way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import NamedTuple
+
+from d5core.api import UsageError
+
+try:
+    from d5_kernels import _native
+except ImportError as exc:  # the module refuses a bad D5_KERNELS_ISA when it loads
+    if "D5_KERNELS_ISA" not in str(exc):
+        raise
+    raise UsageError(f"d5-kernels: {exc}") from None
+
+__all__ = [
+    "Blocking",
+    "available_isas",
+    "blocking",
+    "compiler",
+    "isa",
+    "num_threads",
+    "openmp_version",
+    "peak_gflops",
+    "set_isa",
+    "set_num_threads",
+    "using_isa",
+]
+
+
+class Blocking(NamedTuple):
+    """The GEMM's register tile (``mr`` x ``nr``) and cache blocks for one ISA and dtype:
+    A is packed in ``mc`` x ``kc`` blocks, B in ``kc`` x ``nc`` blocks."""
+
+    mr: int
+    nr: int
+    kc: int
+    mc: int
+    nc: int
+
+
+def isa() -> str:
+    """The micro-kernels in use: ``"avx512"``, ``"avx2"`` or ``"generic"``."""
+    return str(_native.isa())
+
+
+def available_isas() -> list[str]:
+    """The ISAs this CPU can run, best last."""
+    return [str(name) for name in _native.available_isas()]
+
+
+def set_isa(name: str) -> None:
+    """Use the micro-kernels of ``name`` from now on in this process."""
+    try:
+        _native.set_isa(name)
+    except ValueError as exc:
+        runs = ", ".join(available_isas())
+        raise UsageError(f"d5-kernels: {exc}; this CPU runs {runs}") from None
+
+
+@contextmanager
+def using_isa(name: str) -> Iterator[None]:
+    """Run a block with the micro-kernels of ``name``, then restore the previous ones."""
+    before = isa()
+    set_isa(name)
+    try:
+        yield
+    finally:
+        set_isa(before)
+
+
+def num_threads() -> int:
+    """The OpenMP threads the kernels use (``omp_get_max_threads``)."""
+    return int(_native.num_threads())
+
+
+def set_num_threads(n: int) -> None:
+    """Use ``n`` OpenMP threads (``omp_set_num_threads``); ``n`` must be positive."""
+    if int(n) < 1:
+        raise UsageError(f"d5-kernels: the thread count must be positive, got {n}")
+    _native.set_num_threads(int(n))
+
+
+def compiler() -> str:
+    """The compiler that built the module, such as ``"gcc 12.2.0"``."""
+    return str(_native.compiler())
+
+
+def openmp_version() -> int:
+    """The OpenMP specification date the module was built against (``_OPENMP``)."""
+    return int(_native.openmp_version())
+
+
+def blocking(isa_name: str, dtype: str) -> Blocking:
+    """The GEMM blocking for ``isa_name`` and ``dtype`` (``float32`` or ``float64``)."""
+    try:
+        found = _native.blocking(isa_name, dtype)
+    except ValueError as exc:
+        raise UsageError(f"d5-kernels: {exc}") from None
+    return Blocking(**{k: int(v) for k, v in found.items()})
+
+
+def peak_gflops(isa_name: str | None = None, dtype: str = "float32", seconds: float = 0.2) -> float:
+    """One core's measured FMA throughput in GFLOP/s with ``isa_name``'s widest FMA
+    (default: the ISA in use): independent multiply-add chains, timed for ``seconds``.
+    It is the roof the GEMM is measured against."""
+    try:
+        return float(_native.peak_gflops(isa_name or isa(), dtype, float(seconds)))
+    except ValueError as exc:
+        raise UsageError(f"d5-kernels: {exc}") from None

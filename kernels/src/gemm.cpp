@@ -1,0 +1,247 @@
+// The GEMM driver, after GotoBLAS/BLIS: for each nc-wide block of columns (jc) and each
+// kc-deep slice of K (pc), B's kc x nc block is packed into nr-wide micro-panels (it
+// stays in L3, each micro-panel in L1); for each mc-tall block of rows (ic) A's mc x kc
+// block is packed into mr-tall micro-panels (it stays in L2); the micro-kernel then
+// sweeps the mr x nr tiles. Edge tiles go through a small buffer. Threads split the
+// output into slabs (of columns when it is wide, of rows when it is tall) and each runs
+// the blocked algorithm on its slab with its own packing buffers: no barrier inside.
+#include "gemm.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "gemm_kernels.h"
+#include "scratch.h"
+
+namespace d5k {
+
+namespace {
+
+template <typename T>
+struct Kernel {
+    Blocking blocking;
+    MicroKernel<T> ukr;
+    EdgeKernel<T> edge = nullptr;  // null: edge tiles go through a buffer
+};
+
+Blocking blocking_of(Isa isa, int bytes) {
+    // mc and nc are multiples of mr and nr; kc keeps B's micro-panel (kc x nr) within
+    // about half of a 32-48 KiB L1, mc x kc within L2, kc x nc within L3.
+    const bool f32 = bytes == 4;
+    switch (isa) {
+        case Isa::avx512:
+            return f32 ? Blocking{14, 32, 256, 14 * 24, 4096} : Blocking{14, 16, 256, 14 * 12, 2048};
+        case Isa::avx2:
+            return f32 ? Blocking{6, 16, 256, 6 * 48, 4096} : Blocking{6, 8, 256, 6 * 24, 2048};
+        default:
+            return f32 ? Blocking{4, 8, 256, 4 * 64, 2048} : Blocking{4, 8, 256, 4 * 32, 2048};
+    }
+}
+
+template <typename T>
+Kernel<T> kernel_of(Isa isa);
+
+template <>
+Kernel<float> kernel_of<float>(Isa isa) {
+    switch (isa) {
+        case Isa::avx512: return {blocking_of(isa, 4), ukr_avx512_f32, edge_avx512_f32};
+        case Isa::avx2: return {blocking_of(isa, 4), ukr_avx2_f32};
+        default: return {blocking_of(isa, 4), ukr_generic_f32};
+    }
+}
+
+template <>
+Kernel<double> kernel_of<double>(Isa isa) {
+    switch (isa) {
+        case Isa::avx512: return {blocking_of(isa, 8), ukr_avx512_f64, edge_avx512_f64};
+        case Isa::avx2: return {blocking_of(isa, 8), ukr_avx2_f64};
+        default: return {blocking_of(isa, 8), ukr_generic_f64};
+    }
+}
+
+thread_local Scratch a_scratch, b_scratch;
+
+// Pack rows [0, mc) x columns [0, kc) of A into mr-tall micro-panels, zero-padded.
+template <typename T>
+void pack_a(long mc, long kc, const T* a, std::ptrdiff_t rs, std::ptrdiff_t cs, int mr, T* out) {
+    for (long i0 = 0; i0 < mc; i0 += mr) {
+        const int rows = static_cast<int>(std::min<long>(mr, mc - i0));
+        const T* base = a + i0 * rs;
+        if (cs == 1 && rows == mr) {
+            for (int i = 0; i < mr; ++i) {
+                const T* src = base + i * rs;
+                for (long k = 0; k < kc; ++k) out[k * mr + i] = src[k];
+            }
+        } else {
+            for (long k = 0; k < kc; ++k)
+                for (int i = 0; i < mr; ++i) out[k * mr + i] = i < rows ? base[i * rs + k * cs] : T(0);
+        }
+        out += static_cast<std::ptrdiff_t>(mr) * kc;
+    }
+}
+
+// Pack rows [0, kc) x columns [0, nc) of B into nr-wide micro-panels, zero-padded.
+template <typename T>
+void pack_b(long kc, long nc, const T* b, std::ptrdiff_t rs, std::ptrdiff_t cs, int nr, T* out) {
+    for (long j0 = 0; j0 < nc; j0 += nr) {
+        const int cols = static_cast<int>(std::min<long>(nr, nc - j0));
+        const T* base = b + j0 * cs;
+        if (cs == 1 && cols == nr) {
+            for (long k = 0; k < kc; ++k) std::memcpy(out + k * nr, base + k * rs, sizeof(T) * nr);
+        } else if (rs == 1 && cols == nr) {
+            for (int j = 0; j < nr; ++j) {
+                const T* src = base + j * cs;
+                for (long k = 0; k < kc; ++k) out[k * nr + j] = src[k];
+            }
+        } else {
+            for (long k = 0; k < kc; ++k)
+                for (int j = 0; j < nr; ++j) out[k * nr + j] = j < cols ? base[k * rs + j * cs] : T(0);
+        }
+        out += static_cast<std::ptrdiff_t>(nr) * kc;
+    }
+}
+
+// Y = beta * Y (beta == 0: zeros, without reading Y).
+template <typename T>
+void scale_rows(long M, long N, T beta, T* Y, std::ptrdiff_t ldy) {
+    for (long i = 0; i < M; ++i) {
+        T* row = Y + i * ldy;
+        if (beta == T(0))
+            std::fill(row, row + N, T(0));
+        else if (beta != T(1))
+            for (long j = 0; j < N; ++j) row[j] *= beta;
+    }
+}
+
+// The blocked algorithm on one slab, in the calling thread.
+template <typename T>
+void gemm_blocked(const Kernel<T>& kn, long M, long N, long K, T alpha, Matrix<T> A, Matrix<T> B,
+                  T beta, T* Y, std::ptrdiff_t ldy) {
+    const Blocking& bl = kn.blocking;
+    const int mr = bl.mr, nr = bl.nr;
+    const long kc_max = std::min<long>(bl.kc, K);
+    const long nc_max = std::min<long>(bl.nc, (N + nr - 1) / nr * nr);
+    const long mc_max = std::min<long>(bl.mc, (M + mr - 1) / mr * mr);
+    T* bp = b_scratch.get<T>(kc_max * nc_max);
+    T* ap = a_scratch.get<T>(kc_max * mc_max);
+    alignas(64) T edge[16 * 32];
+    for (long jc = 0; jc < N; jc += bl.nc) {
+        const long nc = std::min<long>(bl.nc, N - jc);
+        for (long pc = 0; pc < K; pc += bl.kc) {
+            const long kc = std::min<long>(bl.kc, K - pc);
+            const T beta_now = pc == 0 ? beta : T(1);
+            pack_b(kc, nc, B.data + pc * B.rs + jc * B.cs, B.rs, B.cs, nr, bp);
+            for (long ic = 0; ic < M; ic += bl.mc) {
+                const long mc = std::min<long>(bl.mc, M - ic);
+                pack_a(mc, kc, A.data + ic * A.rs + pc * A.cs, A.rs, A.cs, mr, ap);
+                for (long jr = 0; jr < nc; jr += nr) {
+                    const int cols = static_cast<int>(std::min<long>(nr, nc - jr));
+                    const T* bpanel = bp + jr * kc;
+                    for (long ir = 0; ir < mc; ir += mr) {
+                        const int rows = static_cast<int>(std::min<long>(mr, mc - ir));
+                        const T* apanel = ap + ir * kc;
+                        T* c = Y + (ic + ir) * ldy + jc + jr;
+                        if (rows == mr && cols == nr) {
+                            kn.ukr(kc, apanel, bpanel, c, ldy, alpha, beta_now);
+                            continue;
+                        }
+                        if (kn.edge != nullptr) {
+                            kn.edge(kc, apanel, bpanel, c, ldy, alpha, beta_now, rows, cols);
+                            continue;
+                        }
+                        kn.ukr(kc, apanel, bpanel, edge, nr, T(1), T(0));
+                        for (int i = 0; i < rows; ++i) {
+                            T* row = c + i * ldy;
+                            const T* got = edge + i * nr;
+                            if (beta_now == T(0))
+                                for (int j = 0; j < cols; ++j) row[j] = alpha * got[j];
+                            else
+                                for (int j = 0; j < cols; ++j) row[j] = beta_now * row[j] + alpha * got[j];
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+}  // namespace
+
+Blocking gemm_blocking(Isa isa, int bytes) { return blocking_of(isa, bytes); }
+
+int max_threads() { return omp_get_max_threads(); }
+
+void set_max_threads(int n) { omp_set_num_threads(std::max(1, n)); }
+
+template <typename T>
+void gemm(long M, long N, long K, T alpha, Matrix<T> A, Matrix<T> B, T beta, T* Y,
+          std::ptrdiff_t ldy, int threads) {
+    if (M <= 0 || N <= 0) return;
+    if (K <= 0 || alpha == T(0)) {
+        scale_rows(M, N, beta, Y, ldy);
+        return;
+    }
+    const Kernel<T> kn = kernel_of<T>(current_isa());
+    const int mr = kn.blocking.mr, nr = kn.blocking.nr;
+    int team = threads > 0 ? threads : omp_get_max_threads();
+    if (omp_in_parallel()) team = 1;
+    // Below about 64^3 multiply-adds a thread team costs more than it saves.
+    const double work = static_cast<double>(M) * N * K;
+    if (work < 262144.0) team = 1;
+    const bool by_columns = N >= M;
+    const long tiles = by_columns ? (N + nr - 1) / nr : (M + mr - 1) / mr;
+    team = static_cast<int>(std::min<long>(team, tiles));
+    if (team <= 1) {
+        gemm_blocked(kn, M, N, K, alpha, A, B, beta, Y, ldy);
+        return;
+    }
+    const long step = by_columns ? (tiles + team - 1) / team * nr : (tiles + team - 1) / team * mr;
+#pragma omp parallel num_threads(team)
+    {
+        const long begin = omp_get_thread_num() * step;
+        const long extent = by_columns ? N : M;
+        const long count = std::min(step, extent - begin);
+        if (count > 0) {
+            if (by_columns) {
+                Matrix<T> slab{B.data + begin * B.cs, B.rs, B.cs};
+                gemm_blocked(kn, M, count, K, alpha, A, slab, beta, Y + begin, ldy);
+            } else {
+                Matrix<T> slab{A.data + begin * A.rs, A.rs, A.cs};
+                gemm_blocked(kn, count, N, K, alpha, slab, B, beta, Y + begin * ldy, ldy);
+            }
+        }
+    }
+}
+
+template void gemm<float>(long, long, long, float, Matrix<float>, Matrix<float>, float, float*,
+                          std::ptrdiff_t, int);
+template void gemm<double>(long, long, long, double, Matrix<double>, Matrix<double>, double,
+                           double*, std::ptrdiff_t, int);
+
+double peak_gflops(Isa isa, int bytes, double seconds) {
+    using clock = std::chrono::steady_clock;
+    auto loop = [&](long iters) {
+        switch (isa) {
+            case Isa::avx512: return fma_loop_avx512(iters, bytes);
+            case Isa::avx2: return fma_loop_avx2(iters, bytes);
+            default: return fma_loop_generic(iters, bytes);
+        }
+    };
+    loop(100000);  // warm up the clocks
+    long iters = 1 << 20;
+    double best = 0.0, spent = 0.0;
+    while (spent < seconds) {
+        const auto t0 = clock::now();
+        const double flops = loop(iters);
+        const double dt = std::chrono::duration<double>(clock::now() - t0).count();
+        spent += dt;
+        if (dt > 0) best = std::max(best, flops / dt / 1e9);
+        if (dt < 0.02) iters *= 2;
+    }
+    return best;
+}
+
+}  // namespace d5k

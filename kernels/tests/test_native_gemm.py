@@ -1,0 +1,180 @@
+"""The packed GEMM on every micro-kernel this CPU runs (generic, AVX2, AVX-512): odd
+sizes that leave edge tiles in every loop, transposes (strided views), alpha and beta,
+broadcast C, one and two threads, and the run-time controls."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from d5_kernels import _native, runtime
+
+from d5core.errors import UsageError
+
+ISAS = pytest.mark.parametrize("isa", runtime.available_isas())
+DTYPES = pytest.mark.parametrize("dtype", ["float32", "float64"])
+TOLERANCE = {"float32": 2e-5, "float64": 1e-12}
+
+
+def reference(a: np.ndarray, b: np.ndarray, alpha: float, beta: float, c: np.ndarray | None):
+    y = alpha * (a.astype(np.float64) @ b.astype(np.float64))
+    return y if c is None else y + beta * c.astype(np.float64)
+
+
+def run_gemm(a, b, alpha=1.0, beta=0.0, c=None):
+    y = np.full((a.shape[0], b.shape[1]), np.nan, dtype=a.dtype)
+    _native.gemm(a, b, y, alpha, beta, None if c is None else np.broadcast_to(c, y.shape))
+    return y
+
+
+def relative_error(got: np.ndarray, want: np.ndarray) -> float:
+    return float(np.abs(got - want).max() / max(1.0, np.abs(want).max())) if got.size else 0.0
+
+
+@ISAS
+@DTYPES
+@pytest.mark.parametrize("mnk", [(1, 1, 1), (7, 33, 257), (33, 7, 5), (257, 65, 300), (15, 47, 1)])
+@pytest.mark.parametrize("trans", [(0, 0), (1, 0), (0, 1), (1, 1)])
+def test_gemm_matches_float64_matmul_on_odd_sizes(isa, dtype, mnk, trans) -> None:
+    m, n, k = mnk
+    rng = np.random.default_rng(m * 1000 + n * 10 + k)
+    a = rng.standard_normal((k, m) if trans[0] else (m, k)).astype(dtype)
+    b = rng.standard_normal((n, k) if trans[1] else (k, n)).astype(dtype)
+    a, b = (a.T if trans[0] else a), (b.T if trans[1] else b)
+    c = rng.standard_normal((m, n)).astype(dtype)
+    with runtime.using_isa(isa):
+        got = run_gemm(a, b, 0.5, -2.0, c)
+    assert relative_error(got, reference(a, b, 0.5, -2.0, c)) < TOLERANCE[dtype]
+
+
+@ISAS
+def test_gemm_crosses_every_cache_block(isa) -> None:
+    """Larger than one kc slice, one mc block and (for the generic kernel) one nc block,
+    so the accumulation over K slices (beta = 1 after the first) is exercised."""
+    blocking = runtime.blocking(isa, "float64")
+    m, k = blocking.mc + 3, blocking.kc * 2 + 5
+    n = min(blocking.nc + 9, 2100)
+    rng = np.random.default_rng(1)
+    a, b = rng.standard_normal((m, k)), rng.standard_normal((k, n))
+    with runtime.using_isa(isa):
+        got = run_gemm(a, b, 1.5, 0.0)
+    assert relative_error(got, reference(a, b, 1.5, 0.0, None)) < 1e-12
+
+
+@ISAS
+@pytest.mark.parametrize("c_shape", [(), (1, 20), (20,), (12, 1)])
+def test_gemm_broadcasts_c_and_beta_zero_ignores_it(isa, c_shape) -> None:
+    rng = np.random.default_rng(2)
+    a, b = rng.standard_normal((12, 9)), rng.standard_normal((9, 20))
+    c = rng.standard_normal(c_shape)
+    with runtime.using_isa(isa):
+        assert relative_error(run_gemm(a, b, 1.0, 0.25, c), reference(a, b, 1.0, 0.25, c)) < 1e-12
+        beta_zero = run_gemm(a, b, 1.0, 0.0, np.full(c_shape, np.nan))
+    assert not np.isnan(beta_zero).any()
+    assert relative_error(beta_zero, a @ b) < 1e-12
+
+
+@DTYPES
+def test_one_and_two_threads_give_the_same_result(dtype) -> None:
+    rng = np.random.default_rng(3)
+    results = {}
+    before = runtime.num_threads()
+    try:
+        for shape in [(300, 200, 150), (40, 700, 90), (700, 40, 90)]:
+            m, n, k = shape
+            a = rng.standard_normal((m, k)).astype(dtype)
+            b = rng.standard_normal((k, n)).astype(dtype)
+            for threads in (1, 2):
+                runtime.set_num_threads(threads)
+                results[threads] = run_gemm(a, b)
+            # Each output element is summed in the same order whatever the split.
+            np.testing.assert_array_equal(results[1], results[2])
+    finally:
+        runtime.set_num_threads(before)
+
+
+def test_batched_gemm_broadcasts_by_zero_strides() -> None:
+    rng = np.random.default_rng(4)
+    a = rng.standard_normal((1, 5, 7))
+    b = rng.standard_normal((3, 7, 4))
+    y = np.empty((3, 5, 4))
+    _native.gemm_batched(np.broadcast_to(a, (3, 5, 7)), b, y, 2.0)
+    np.testing.assert_allclose(y, 2.0 * np.matmul(a, b), rtol=1e-12)
+
+
+def test_the_isa_can_be_chosen_by_environment_variable() -> None:
+    code = "import d5_kernels; print(d5_kernels.isa())"
+    env = {**os.environ, "D5_KERNELS_ISA": "generic"}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert done.stdout.strip() == "generic", done.stderr
+
+
+def test_the_best_isa_is_chosen_by_default() -> None:
+    code = "import d5_kernels; print(d5_kernels.isa())"
+    env = {k: v for k, v in os.environ.items() if k != "D5_KERNELS_ISA"}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert done.stdout.strip() == runtime.available_isas()[-1], done.stderr
+
+
+def test_a_bad_isa_in_the_environment_fails_the_import_in_one_line() -> None:
+    code = "import d5_kernels"
+    env = {**os.environ, "D5_KERNELS_ISA": "sse9"}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert done.returncode != 0
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("d5core.errors.UsageError: d5-kernels: D5_KERNELS_ISA=sse9: unknown")
+
+
+def test_an_unknown_isa_is_a_usage_error() -> None:
+    with pytest.raises(UsageError, match="unknown ISA 'sse9'"):
+        runtime.set_isa("sse9")
+    with pytest.raises(UsageError, match="thread count must be positive"):
+        runtime.set_num_threads(0)
+
+
+def test_mismatched_operands_are_refused_by_the_module() -> None:
+    y = np.empty((3, 4))
+    with pytest.raises(ValueError, match="does not give Y"):
+        _native.gemm(np.ones((3, 5)), np.ones((6, 4)), y, 1.0, 0.0)
+    with pytest.raises(ValueError, match="dtype"):
+        _native.gemm(np.ones((3, 5), np.float32), np.ones((5, 4)), y, 1.0, 0.0)
+
+
+def test_the_fma_roof_is_positive_and_the_blocking_fits_the_tile() -> None:
+    for isa in runtime.available_isas():
+        assert runtime.peak_gflops(isa, "float32", 0.01) > 0
+        for dtype in ("float32", "float64"):
+            b = runtime.blocking(isa, dtype)
+            assert b.mc % b.mr == 0 and b.nc % b.nr == 0
+
+
+@ISAS
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_conv_forward_and_backward_agree_across_isas(isa, dtype) -> None:
+    """The operators built on the GEMM give the same answer whichever micro-kernel runs
+    (within the dtype's rounding)."""
+    from d5_kernels.operators import NativeBackend
+
+    from d5core.levels.operators import TensorDescriptor
+
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((2, 6, 9, 11)).astype(dtype)
+    w = rng.standard_normal((4, 3, 3, 2)).astype(dtype)
+    attributes = {"group": 2, "pads": [1, 0, 1, 1], "strides": [2, 1], "dilations": [1, 2]}
+    op = NativeBackend().create(
+        "Conv", attributes, [TensorDescriptor.of(x), TensorDescriptor.of(w)]
+    )
+    with runtime.using_isa("generic"):
+        y0 = op.forward([x, w])[0]
+        g0 = op.backward([np.ones_like(y0)], [x, w])
+    with runtime.using_isa(isa):
+        y1 = op.forward([x, w])[0]
+        g1 = op.backward([np.ones_like(y1)], [x, w])
+    tol = TOLERANCE[dtype] * 10
+    assert relative_error(y1, y0) < tol
+    for a, b in zip(g1, g0, strict=True):
+        assert a is not None and b is not None
+        assert relative_error(a, b) < tol
