@@ -116,17 +116,7 @@ def validate_op(
     result = validate_op(problem, backend, dtype=dtype, seed=seed, tolerances=tolerances)
     data = result.to_json()
     with ResultsStore.open(db) as store:
-        config = {"op": op, "backend": backend, "dtype": dtype, "problem": problem.label}
-        with store.run("validate", f"{op} {backend}", config=config, seed=seed) as run_id:
-            store.add_metric(run_id, "passed", float(result.passed))
-            for check in [*result.report.outputs, *result.report.gradients]:
-                for metric, value in (check.metrics or {}).items():
-                    if not math.isfinite(value):
-                        continue
-                    labels = {"check": check.label, "method": getattr(check, "method", "")}
-                    store.add_metric(run_id, metric, value, labels=labels)
-            store.finish_run(run_id, "complete")
-    data["run_id"] = run_id
+        data["run_id"] = _store_validation(store, result, seed)
     if as_json:
         print_json(data)
     else:
