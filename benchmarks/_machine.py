@@ -6,8 +6,8 @@ import os
 import platform
 
 from d5core import __version__
+from d5core.allocator import apply_allocator_policy
 from d5core.environment import read_cpuinfo
-from d5core.measure.allocator import apply_allocator_policy
 
 __all__ = ["allocator", "cpu_model", "load", "machine"]
 

@@ -50,7 +50,7 @@ processes it is [min, max], which covers the median with probability 94%). With 
 process the CI is over its rounds instead (the between-process variance is then unknown).
 
 Every worker first applies d5's allocator policy (``--allocator``, default ``steady``,
-as ``d5`` itself runs; see :mod:`d5core.measure.allocator`), so both sides of a case
+as ``d5`` itself runs; see :mod:`d5core.allocator`), so both sides of a case
 allocate under it. Under glibc's own policy (``--allocator system``) how many pages a
 call faults in depends on the order in which it frees its tensors, which is measured
 then as well.

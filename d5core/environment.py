@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from d5core._version import PLUGIN_API_VERSION, __version__
-from d5core.measure.allocator import allocator_settings
+from d5core.allocator import allocator_settings
 
 if TYPE_CHECKING:
     from d5core.plugins import PluginManager
@@ -275,7 +275,7 @@ def capture_environment(
         ``os.environ`` by default.
     :return: a dict with the keys ``d5``, ``plugins``, ``packages``, ``frameworks``,
         ``python``, ``os``, ``cpu``, ``memory``, ``threads``, ``allocator``
-        (:func:`~d5core.measure.allocator.allocator_settings`), ``gpus``, ``hostname``,
+        (:func:`~d5core.allocator.allocator_settings`), ``gpus``, ``hostname``,
         ``git``, ``argv``, ``seeds``, ``recipe_hash`` and ``timestamp`` (UTC, ISO 8601).
     """
     if manager is None:

@@ -194,7 +194,7 @@ def run(args: list[str]) -> int:
     """Run the command line on ``args`` and return the exit code."""
     debug = _debug_wanted(args)
     try:
-        from d5core.measure.allocator import apply_allocator_policy
+        from d5core.allocator import apply_allocator_policy
 
         apply_allocator_policy()  # before any framework allocates: see its module
         _warn_plugin_selection()

@@ -284,7 +284,7 @@ def _measure(
 
 def _fault_warnings(outcome: Invocations) -> list[str]:
     """A warning per job whose calls took many page faults (median over processes)."""
-    from d5core.measure.allocator import page_fault_warning
+    from d5core.allocator import page_fault_warning
 
     found = []
     for result in outcome.jobs:

@@ -85,7 +85,7 @@ def main() -> int:
     out = _protocol_stream()
     _emit(out, {"event": "start", "pid": os.getpid(), "cpus": cpus})
 
-    from d5core.measure.allocator import apply_allocator_policy
+    from d5core.allocator import apply_allocator_policy
 
     apply_allocator_policy()  # the parent's policy (inherited D5_ALLOCATOR), before any job
 

@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from d5core.allocator import apply_allocator_policy, page_faults
 from d5core.bus import MEASURE_SAMPLE, MetricBus, get_bus
-from d5core.measure.allocator import apply_allocator_policy, page_faults
 from d5core.measure.clock import Clock, default_clock
 from d5core.measure.stats import Summary, normal_quantile, ranks_for_z, summarize
 

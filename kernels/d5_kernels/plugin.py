@@ -1,14 +1,14 @@
 """The plugin module of d5-kernels: what it records about the environment, the threads it
-uses, and a fitness check that runs a small product through the compiled GEMM."""
+uses, and a fitness check that runs a small product through the compiled GEMM.
+
+Nothing is imported at module level but d5's API: ``d5 list-plugins`` loads this module,
+and the compiled extension imports numpy. Each hook imports what it needs."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
-
-from d5_kernels import runtime
 from d5core.api import hookimpl
 
 __all__ = ["d5_environment_info", "d5_plugin_api", "d5_plugin_check", "d5_thread_settings"]
@@ -18,7 +18,7 @@ d5_plugin_api = ">=1.2,<2"
 
 @hookimpl
 def d5_environment_info() -> Mapping[str, Any]:
-    from d5_kernels import __version__
+    from d5_kernels import __version__, runtime
 
     chosen = runtime.isa()
     return {
@@ -34,12 +34,16 @@ def d5_environment_info() -> Mapping[str, Any]:
 
 @hookimpl
 def d5_thread_settings() -> Mapping[str, str] | None:
+    from d5_kernels import runtime
+
     return {"d5_kernels.omp_threads": str(runtime.num_threads())}
 
 
 @hookimpl
 def d5_plugin_check() -> list[str]:
-    from d5_kernels import _native
+    import numpy as np
+
+    from d5_kernels import _native, runtime
 
     x = np.arange(6, dtype=np.float64).reshape(2, 3)
     y = np.empty((2, 2))

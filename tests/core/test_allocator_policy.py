@@ -11,15 +11,15 @@ import textwrap
 
 import pytest
 
-from d5core.environment import environment_differences
-from d5core.errors import UsageError
-from d5core.measure.allocator import (
+from d5core.allocator import (
     ALLOCATOR_VAR,
     FAULT_COST_S,
     allocator_settings,
     page_fault_warning,
     requested_policy,
 )
+from d5core.environment import environment_differences
+from d5core.errors import UsageError
 
 GLIBC = allocator_settings()["library"].startswith("glibc")
 needs_glibc = pytest.mark.skipif(not GLIBC, reason="the steady policy is glibc's mallopt")
@@ -69,7 +69,7 @@ def test_steady_sets_both_thresholds_and_the_environment_records_them() -> None:
     out = _fresh("""
         import json
         from d5core.environment import capture_environment
-        from d5core.measure.allocator import apply_allocator_policy
+        from d5core.allocator import apply_allocator_policy
         apply_allocator_policy()
         print(json.dumps(capture_environment()["allocator"]))
     """)
@@ -81,7 +81,7 @@ def test_steady_sets_both_thresholds_and_the_environment_records_them() -> None:
 def test_a_user_choice_in_the_environment_is_left_alone_and_recorded() -> None:
     out = _fresh("""
         import json
-        from d5core.measure.allocator import apply_allocator_policy
+        from d5core.allocator import apply_allocator_policy
         print(json.dumps(apply_allocator_policy()))
     """, MALLOC_ARENA_MAX="2")  # fmt: skip
     assert out["policy"] == "user"

@@ -27,6 +27,8 @@ from d5core.hookspecs import MERGED_HOOKS, PROJECT, SPEC_MODULES, distributed
 from d5core.testing import make_distribution
 
 D5 = Path(sys.executable).with_name("d5")
+#: A C++ custom operator of the repository (``d5 op build`` asks every plugin for glue).
+CUSTOM_OP = Path(__file__).resolve().parents[2] / "examples" / "custom_ops" / "bias_gelu.cpp"
 CHECK = "list-plugins --check"
 
 SPY_PRELUDE = '''
@@ -176,6 +178,9 @@ def test_every_hook_fires_in_a_demo_like_flow(tmp_path, monkeypatch) -> None:
     d5("bench", "net", "spy-mlp", "--executors", "numpy", "--batch", "4", *tiny, "--db", str(db))
     d5("validate", "net", "spy-mlp", "--executor", "numpy", "--db", str(db))
     d5("run", str(recipe), "--metric", "peak_memory", "--db", str(db))  # the memory hooks
+    # the custom-operator glue hook: asked for every framework's glue, even when the one
+    # named has none (nothing is compiled)
+    d5("op", "build", str(CUSTOM_OP), "--frameworks", "spy-framework")
     assert d5("spy-hello") == "hello from the spy\n"
     if _mpi_ready():  # a rank killed without an exit status is what the parent diagnoses
         d5("run", str(recipe), "--ranks", "2", "--rank-timeout", "10", "--db", str(db), code=1,

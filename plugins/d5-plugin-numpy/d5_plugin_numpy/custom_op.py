@@ -20,6 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from d5core.api import UsageError
+
 __all__ = ["NumpyCustomOpGlue", "NumpyKernels"]
 
 _GLUE = r"""
@@ -169,16 +171,27 @@ class NumpyCustomOpGlue:
     name = "numpy"
 
     def available(self) -> bool:
-        return importlib.util.find_spec("pybind11") is not None
+        return True  # numpy is this plugin's own dependency; pybind11 is checked by build
 
     def version(self) -> str:
+        pybind = (
+            importlib.metadata.version("pybind11")
+            if importlib.util.find_spec("pybind11") is not None
+            else "missing"
+        )
         return (
-            f"numpy {np.__version__}; pybind11 {importlib.metadata.version('pybind11')}; "
+            f"numpy {np.__version__}; pybind11 {pybind}; "
             f"python {sys.implementation.cache_tag} {sysconfig.get_config_var('EXT_SUFFIX')}"
         )
 
     def build(self, request: Any, workdir: Path) -> Path:
-        import pybind11
+        try:
+            import pybind11
+        except ImportError:
+            raise UsageError(
+                "building C++ custom operators for numpy needs pybind11's headers: "
+                "pip install 'd5-plugin-numpy[customop]'"
+            ) from None
 
         module = f"d5op_{request.unique}"
         glue = workdir / "numpy_glue.cpp"
