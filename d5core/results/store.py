@@ -418,15 +418,25 @@ class ResultsStore:
         conn = self._conn
 
         def identify() -> tuple[int, int, list[str]]:
-            app_id = int(conn.execute("PRAGMA application_id").fetchone()[0])
-            version = int(conn.execute("PRAGMA user_version").fetchone()[0])
-            tables = [
-                r[0]
-                for r in conn.execute(
-                    "SELECT name FROM sqlite_master WHERE type = 'table' "
-                    "AND name NOT LIKE 'sqlite_%' ORDER BY name"
-                )
-            ]
+            # One read transaction: the three reads see one state of the file. Read one
+            # by one, another process creating the database could commit in between,
+            # and its tables would be seen without its application id.
+            in_transaction = conn.in_transaction
+            if not in_transaction:
+                conn.execute("BEGIN")
+            try:
+                app_id = int(conn.execute("PRAGMA application_id").fetchone()[0])
+                version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+                tables = [
+                    r[0]
+                    for r in conn.execute(
+                        "SELECT name FROM sqlite_master WHERE type = 'table' "
+                        "AND name NOT LIKE 'sqlite_%' ORDER BY name"
+                    )
+                ]
+            finally:
+                if not in_transaction and conn.in_transaction:
+                    conn.execute("COMMIT")
             return app_id, version, tables
 
         def check(app_id: int, version: int, tables: list[str]) -> None:

@@ -112,8 +112,9 @@ _MEASURE_BIG_ALLOCATIONS = """
 def test_the_steady_policy_reuses_memory_that_the_system_policy_faults_in_each_call() -> None:
     system = _fresh(_MEASURE_BIG_ALLOCATIONS, D5_ALLOCATOR="system")
     steady = _fresh(_MEASURE_BIG_ALLOCATIONS, D5_ALLOCATOR="steady")
-    # the kernel may map several pages per fault (large folios): count faults, not pages
-    assert system["faults"] >= 100  # every call maps fresh memory
+    # the kernel may map many pages per fault (large folios, huge pages: 57 faults per
+    # 40 MB call on one machine, 568 on another): compare the two, not a page count
+    assert system["faults"] >= 10  # every call maps fresh memory
     assert steady["faults"] * 20 < system["faults"]  # the heap keeps it
 
 
