@@ -20,8 +20,6 @@ import argparse
 import json
 import statistics
 import sys
-import time
-from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -31,28 +29,13 @@ import torch
 import torch.nn.functional as F
 from _machine import load, machine
 from d5_kernels.operators import NativeBackend
-from native_gemm import BUSY_LIMIT, IDLE_GAP, quietest
+from native_gemm import BUSY_LIMIT, per_call, quietest
 
 from d5core.levels.operators import TensorDescriptor
 from d5core.workloads.problems import Problem, suite
 
 #: Seconds each side gets per round.
 BATCH_SECONDS = 0.1
-
-
-def per_call(run: Callable[[], object], seconds: float) -> float:
-    """Seconds per call of ``run`` over a batch lasting about ``seconds``, after a pause
-    that lets the other side's threads stop spinning (see ``native_gemm.IDLE_GAP``)."""
-    time.sleep(IDLE_GAP)
-    run()
-    start = time.perf_counter()
-    run()
-    once = max(time.perf_counter() - start, 1e-6)
-    reps = max(1, int(seconds / once))
-    start = time.perf_counter()
-    for _ in range(reps):
-        run()
-    return (time.perf_counter() - start) / reps
 
 
 def measure(problem: Problem, threads: int, rounds: int) -> dict[str, Any]:
