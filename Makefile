@@ -11,7 +11,7 @@ SHARED_PLUGINS := d5-plugin-numpy d5-plugin-torch d5-plugin-onnxruntime d5-plugi
                   d5-plugin-tensorflow
 STAMP  := $(VENV)/.installed
 
-.PHONY: dev demo test lint types bench docs dist clean
+.PHONY: dev mxnet demo test lint types bench docs dist clean
 
 dev: $(STAMP) ## .venv with d5core and every shareable plugin, editable
 
@@ -27,21 +27,48 @@ $(STAMP): pyproject.toml $(foreach p,$(SHARED_PLUGINS),plugins/$(p)/pyproject.to
 	    --no-build-isolation -e "kernels[test]"
 	touch $(STAMP)
 
+# MXNet 1.9.1 imports only beside numpy 1.23.x: it gets an environment of its own, with
+# d5, the numpy reference it is validated against and MPI. Its results go to the same
+# store as .venv's (`--db`), where `d5 results table` puts them side by side.
+MXNET_VENV  := .venv-mxnet
+MXNET_BIN   := $(MXNET_VENV)/bin
+MXNET_STAMP := $(MXNET_VENV)/.installed
+MXNET_PINS  := mxnet==1.9.1 numpy==1.23.5
+
+mxnet: $(MXNET_STAMP) ## .venv-mxnet: d5core, the MXNet plugin, the numpy reference and MPI
+
+$(MXNET_STAMP): pyproject.toml plugins/d5-plugin-mxnet/pyproject.toml \
+                plugins/d5-plugin-numpy/pyproject.toml plugins/d5-plugin-mpi/pyproject.toml
+	$(PYTHON) -m venv $(MXNET_VENV)
+	$(MXNET_BIN)/python -m pip install --quiet --disable-pip-version-check \
+	    $(MXNET_PINS) -e ".[test]" -e "plugins/d5-plugin-numpy[test,customop]" \
+	    -e plugins/d5-plugin-mpi -e "plugins/d5-plugin-mxnet[test]"
+	touch $(MXNET_STAMP)
+
 # The demo keeps its results in the project, not in the per-user database.
 DEMO_DB ?= $(CURDIR)/results/demo.sqlite
 
-demo: dev ## the main job: frameworks side by side at levels 0-2, validated, with intervals
+demo: dev mxnet ## the main job: frameworks side by side at levels 0-2, validated, with intervals
 	$(BIN)/d5 list-plugins --check
-	$(BIN)/d5 validate op Conv --backend torch --db $(DEMO_DB)
-	$(BIN)/d5 validate op Conv --backend tensorflow --db $(DEMO_DB)
+	$(MXNET_BIN)/d5 list-plugins --check
+	$(BIN)/d5 validate op Gemm --backend torch --db $(DEMO_DB)
+	$(BIN)/d5 validate op Gemm --backend tensorflow --db $(DEMO_DB)
+	$(MXNET_BIN)/d5 validate op Gemm --backend mxnet --db $(DEMO_DB)
+	$(MXNET_BIN)/d5 bench op Gemm --backends mxnet --suite cpu-small --db $(DEMO_DB)
 	$(BIN)/d5 bench op Gemm --backends numpy,torch,tensorflow --suite cpu-small --db $(DEMO_DB)
+	$(MXNET_BIN)/d5 bench net lenet5 --executors mxnet --batch 32 --processes 3 --db $(DEMO_DB)
 	$(BIN)/d5 bench net lenet5 --executors numpy,torch,onnxruntime,tensorflow --batch 32 \
 	    --processes 3 --db $(DEMO_DB)
 	$(BIN)/d5 run recipes/digits-mlp.toml --set executor=numpy --repeat 6 --db $(DEMO_DB)
 	$(BIN)/d5 run recipes/digits-mlp.toml --set executor=torch --repeat 6 --db $(DEMO_DB)
 	$(BIN)/d5 run recipes/digits-mlp.toml --set executor=tensorflow --set optimizer=tf-momentum \
 	    --repeat 6 --db $(DEMO_DB)
-	$(BIN)/d5 results table --last 18 --kind train --by executor --db $(DEMO_DB)
+	$(MXNET_BIN)/d5 run recipes/digits-mlp.toml --set executor=mxnet --set optimizer=mx-momentum \
+	    --repeat 6 --db $(DEMO_DB)
+	@echo; echo "== every environment's results, side by side, from $(DEMO_DB) =="
+	$(BIN)/d5 results table --last 2 --kind op --db $(DEMO_DB)
+	$(BIN)/d5 results table --last 2 --kind net --db $(DEMO_DB)
+	$(BIN)/d5 results table --last 24 --kind train --by executor --db $(DEMO_DB)
 
 test: dev ## every test: one nox session per plugin, core, integration, lint, types
 	@rm -rf .reports; mkdir -p .reports
@@ -70,4 +97,4 @@ dist: ## wheels of d5core and every plugin, into dist/
 	$(PYTHON) .ci/build_dist.py --out dist
 
 clean:
-	rm -rf $(VENV) .nox .reports .pytest_cache .mypy_cache .ruff_cache dist
+	rm -rf $(VENV) $(MXNET_VENV) .nox .reports .pytest_cache .mypy_cache .ruff_cache dist

@@ -20,11 +20,19 @@ PLUGINS = sorted(p.parent.name for p in (ROOT / "plugins").glob("*/pyproject.tom
 #: own dependencies (so that pip never picks a multi-gigabyte build).
 PINS: dict[str, list[str]] = {
     "d5-plugin-torch": [TORCH],
+    # MXNet 1.9.1 fails inside its own import beside numpy 1.24 or later.
+    "d5-plugin-mxnet": ["mxnet==1.9.1", "numpy==1.23.5"],
 }
 #: Other d5 plugins a plugin's own tests need beside it (the TensorFlow plugin's level-3
 #: test trains over MPI ranks through d5-plugin-mpi's allreduce scheme).
 COMPANIONS: dict[str, list[str]] = {
     "d5-plugin-tensorflow": ["d5-plugin-mpi"],
+    "d5-plugin-mxnet": ["d5-plugin-mpi"],
+}
+#: Tests a plugin's session runs besides the plugin's own: the MXNet session is the one
+#: environment with numpy 1.23, where d5core and the reference backend must work too.
+ALSO_TESTS: dict[str, list[str]] = {
+    "d5-plugin-mxnet": ["tests/core", "plugins/d5-plugin-numpy/tests"],
 }
 #: The reference backend: every other plugin's tests validate against it.
 REFERENCE = "d5-plugin-numpy"
@@ -37,7 +45,16 @@ SHARED = [
     "d5-plugin-tensorflow",
 ]
 
-nox.options.sessions = ["core", "plugin", "kernels", "example", "integration", "lint", "types"]
+nox.options.sessions = [
+    "core",
+    "plugin",
+    "mxnet-beside-numpy2",
+    "kernels",
+    "example",
+    "integration",
+    "lint",
+    "types",
+]
 nox.options.error_on_external_run = True
 
 
@@ -73,12 +90,28 @@ def core(session: nox.Session) -> None:
 @nox.parametrize("plugin", PLUGINS)
 def plugin(session: nox.Session, plugin: str) -> None:
     """One plugin in its own virtualenv (with the reference backend), with its own tests."""
-    reference = [] if plugin == REFERENCE else ["-e", f"plugins/{REFERENCE}"]
-    companions = [arg for name in COMPANIONS.get(plugin, []) for arg in ("-e", f"plugins/{name}")]
-    session.install(
-        *PINS.get(plugin, []), "-e", ".", *reference, *companions, "-e", f"plugins/{plugin}[test]"
+    also = ALSO_TESTS.get(plugin, [])
+    reference = (
+        []
+        if plugin == REFERENCE
+        else ["-e", f"plugins/{REFERENCE}[test]" if also else f"plugins/{REFERENCE}"]
     )
-    pytest(session, f"plugin-{plugin}", f"plugins/{plugin}/tests")
+    companions = [arg for name in COMPANIONS.get(plugin, []) for arg in ("-e", f"plugins/{name}")]
+    core = ".[test]" if also else "."
+    session.install(
+        *PINS.get(plugin, []), "-e", core, *reference, *companions, "-e", f"plugins/{plugin}[test]"
+    )
+    pytest(session, f"plugin-{plugin}", f"plugins/{plugin}/tests", *also)
+
+
+@nox.session(name="mxnet-beside-numpy2")
+def mxnet_beside_numpy2(session: nox.Session) -> None:
+    """The MXNet plugin installed, against its advice, beside numpy 2 (``--no-deps``):
+    it must refuse to load with one line naming the fix, and leave every other plugin
+    working."""
+    session.install("-e", ".[test]", "-e", f"plugins/{REFERENCE}")
+    session.install("--no-deps", "mxnet==1.9.1", "-e", "plugins/d5-plugin-mxnet")
+    pytest(session, "mxnet-beside-numpy2", "plugins/d5-plugin-mxnet/tests_numpy2")
 
 
 @nox.session

@@ -97,6 +97,8 @@ def _at(value: Any, steps: list[str]) -> list[tuple[str, Any]]:
     if value is _MISSING or value is None:
         return []  # below an optional or null parent: nothing to check
     assert isinstance(value, dict), f"expected an object holding {step!r}, got {_type(value)}"
+    if step == "*":  # every value of an object keyed by name (a backend, a tag)
+        return [(f".{k}{w}", v) for k, item in value.items() for w, v in _at(item, rest)]
     if step not in value:  # the key itself is missing, or a parent of it (not checked)
         return [(f".{step}", _MISSING)] if not rest else []
     return [(f".{step}{w}", v) for w, v in _at(value[step], rest)]
@@ -144,6 +146,6 @@ def check(command: str, data: Any, **placeholders: str) -> None:
             listed.setdefault(parent, set()).add(name)
     for parent, names in listed.items():
         for where, value in _at(data, _steps(parent)):
-            if isinstance(value, dict):
+            if isinstance(value, dict) and "*" not in names:
                 extra = set(value) - names
                 assert not extra, f"d5 {command}: data{where} has undocumented keys {extra}"

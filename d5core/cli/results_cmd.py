@@ -689,6 +689,7 @@ def _print_table(group_by: str, out: Sequence[Mapping[str, Any]]) -> None:
         "olympic mean (s)",
         "final test accuracy, median \\[range]",
         "samples/s, median [95% CI]",
+        "env",
     )
     for column in columns:
         table.add_column(column, justify="right")
@@ -701,6 +702,7 @@ def _print_table(group_by: str, out: Sequence[Mapping[str, Any]]) -> None:
             *_tta_cells(row["time_to_accuracy"]),
             f"{acc['median']:.4g} [{acc['min']:.4g}, {acc['max']:.4g}]" if acc else "-",
             f"{thr['median']:,.0f} [{thr['ci_low']:,.0f}, {thr['ci_high']:,.0f}]" if thr else "-",
+            " ".join(row.get("environments", [])) or "-",
         )
     console().print(table)
 
@@ -708,7 +710,13 @@ def _print_table(group_by: str, out: Sequence[Mapping[str, Any]]) -> None:
 @results.command("table")
 @click.argument("runs", nargs=-1)
 @click.option("--last", type=click.IntRange(min=1), default=None, help="The N newest runs.")
-@click.option("--kind", default="train", show_default=True, help="With --last: runs of this kind.")
+@click.option(
+    "--kind",
+    default="train",
+    show_default=True,
+    help="With --last: runs of this kind: train (training runs by --by), op (operator "
+    "benchmarks by backend) or net (network benchmarks by executor).",
+)
 @click.option(
     "--by",
     "group_by",
@@ -727,28 +735,62 @@ def table_runs(
     as_json: bool,
     db: Path | None,
 ) -> None:
-    """Training runs side by side: one row per recipe (hash) and value of one setting,
-    with time to accuracy, final test accuracy and throughput over the row's runs.
+    """Stored runs side by side, from any number of environments.
+
+    ``--kind op`` / ``net``: one row per operator problem or network case, one column per
+    backend or executor, each cell from its newest run: median per call [95% CI], the
+    environment it was measured in and the ratio to the row's fastest (operators: the
+    newest stored validation too).
+
+    ``--kind train``: one row per recipe (hash) and value of one setting, with time to
+    accuracy, final test accuracy and throughput over the row's runs.
 
     Every summary takes one value per run. Time to accuracy counts every complete or
     diverged run as MLPerf does (a run that did not reach the target is infinitely
     slow): median with the 95% CI of the median (min-max below 6 runs) and the olympic
     mean (best and worst dropped). Final accuracy: median and range. Throughput: each
     run's samples/s, median and CI over the runs. Failed and unfinished runs are counted.
+
+    Every table tags its values with their environment (E1, E2, ...), lists each
+    environment's numpy, BLAS, thread variables and framework versions, and warns when
+    they differ; it never refuses to compare.
     """
+    from d5core.results.benchmark_table import BENCHMARK_KINDS, benchmark_table
+    from d5core.results.environments import environment_legend
     from d5core.results.training_table import check_by, mixed_recipe_warnings, training_table
 
-    check_by(group_by)
     if bool(runs) == (last is not None):
         raise UsageError("give run ids, or --last N, not both and not neither")
+    if kind not in (*BENCHMARK_KINDS, "train"):
+        raise UsageError(f"--kind {kind!r} has no table; use op, net or train")
     with _open(db) as store:
         records = (
             [store.get_run(r) for r in runs] if runs else store.list_runs(limit=last, kind=kind)
         )
-        out = training_table(store, records, group_by)
+        if runs:
+            kinds = {r.kind for r in records}
+            kind = kinds.pop() if len(kinds) == 1 else "train"
+        if kind in BENCHMARK_KINDS:
+            bench = benchmark_table(store, records, kind)
+        else:
+            check_by(group_by)
+            out = training_table(store, records, group_by)
+            legend = environment_legend(store, records)
+            for row in out:
+                row.update(legend.row_json(legend.tag_of(r) for r in row["run_ids"]))
+    from d5core.cli.benchmark_table_view import print_benchmark_table, print_legend
+
+    if kind in BENCHMARK_KINDS:
+        if as_json:
+            print_json(bench.to_json())
+            print_legend(bench.legend, facts=False)
+        else:
+            print_benchmark_table(bench)
+        return
     for warning in mixed_recipe_warnings(group_by, out):
         _warn(warning)
     if as_json:
         print_json(out)
-        return
-    _print_table(group_by, out)
+    else:
+        _print_table(group_by, out)
+    print_legend(legend, facts=not as_json)

@@ -40,6 +40,12 @@ class CustomOperator(Operator):
         self.device = str(getattr(kernels, "device", "cpu"))
 
     @property
+    def asynchronous(self) -> bool:  # type: ignore[override]
+        """Whether the framework's calls return before their work is done (MXNet): the
+        glue's kernels say so (``kernels.asynchronous``, ``False`` when absent)."""
+        return bool(getattr(self.kernels, "asynchronous", False))
+
+    @property
     def op_type(self) -> str:  # type: ignore[override]
         """The operator's declared name (a custom operator has no ONNX type)."""
         return self.spec.name

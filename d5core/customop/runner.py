@@ -232,7 +232,7 @@ def custom_op_job(
 ) -> PreparedJob:
     """In a worker: the cached build of ``source`` for ``backend``, prepared for
     ``direction`` on the seeded inputs, as ``d5 bench op`` times any operator."""
-    from d5core.measure.engine import synchronizer_for
+    from d5core.measure.engine import synchronizer_of
     from d5core.runners.jobs import operator_details, problem_from_json
     from d5core.runners.operators import prepare
 
@@ -244,5 +244,5 @@ def custom_op_job(
     operator = built.builds[backend].create(made.attributes)
     fn = prepare(operator, direction, inputs, seed)
     return PreparedJob(
-        fn=fn, synchronize=synchronizer_for(operator.device), details=operator_details(operator)
+        fn=fn, synchronize=synchronizer_of(operator), details=operator_details(operator)
     )

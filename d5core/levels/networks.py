@@ -38,6 +38,10 @@ class GraphExecutor(ABC):
     trains: ClassVar[bool] = True
     #: Operator types (ONNX ``op_type``) the executor runs; empty means no restriction.
     supported_ops: ClassVar[frozenset[str]] = frozenset()
+    #: True when a step returns before its work is done, on the CPU too (MXNet's
+    #: engine): the measurement engine then calls ``d5_synchronize`` before every clock
+    #: read. Added in plugin API 1.4.
+    asynchronous: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

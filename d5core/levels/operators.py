@@ -61,6 +61,10 @@ class Operator(ABC):
     op_type: ClassVar[str] = ""
     #: The device the operator runs on, passed to the ``d5_synchronize`` hook.
     device: str = "cpu"
+    #: True when a call returns before its work is done, on the CPU too (MXNet's
+    #: engine): the measurement engine then calls ``d5_synchronize`` before every clock
+    #: read, as it does for an accelerator. Added in plugin API 1.4.
+    asynchronous: ClassVar[bool] = False
     #: True for an operator that has no gradient by design (its outputs are indices,
     #: shapes or other piecewise-constant values) and so implements no backward.
     no_gradient: ClassVar[bool] = False

@@ -14,6 +14,7 @@ from d5core.measure.engine import (
     flush_cpu_caches,
     measure,
     synchronizer_for,
+    synchronizer_of,
 )
 from d5core.measure.stats import (
     Summary,
@@ -46,4 +47,5 @@ __all__ = [
     "median_ci_ranks",
     "summarize",
     "synchronizer_for",
+    "synchronizer_of",
 ]

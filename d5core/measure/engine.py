@@ -40,6 +40,7 @@ __all__ = [
     "flush_cpu_caches",
     "measure",
     "synchronizer_for",
+    "synchronizer_of",
 ]
 
 #: No interval of the median reaches 95% with fewer samples.
@@ -163,18 +164,19 @@ def _is_cpu(device: str) -> bool:
 
 
 def synchronizer_for(
-    device: str, manager: PluginManager | None = None
+    device: str, manager: PluginManager | None = None, *, asynchronous: bool = False
 ) -> Callable[[], None] | None:
     """A function that waits for ``device`` through the plugins' ``d5_synchronize`` hook.
 
-    ``None`` for the CPU, where calls are synchronous. The hook's caller is looked up
-    once; each call is one pluggy hook call (so wrappers and tracing see it). An
-    implementation that raises makes the measurement fail: a timing without
-    synchronisation is wrong (the hook is marked ``propagates``).
+    ``None`` for the CPU, where calls are synchronous, unless ``asynchronous`` says the
+    framework queues work on the CPU too (MXNet's engine returns before its operators
+    have run). The hook's caller is looked up once; each call is one pluggy hook call (so
+    wrappers and tracing see it). An implementation that raises makes the measurement
+    fail: a timing without synchronisation is wrong (the hook is marked ``propagates``).
 
     :param manager: the plugin manager; the process-wide one by default.
     """
-    if _is_cpu(device):
+    if _is_cpu(device) and not asynchronous:
         return None
     if manager is None:
         from d5core.plugins.manager import get_plugin_manager
@@ -193,6 +195,16 @@ def synchronizer_for(
         hook(device=device)
 
     return synchronize
+
+
+def synchronizer_of(runner: Any, manager: PluginManager | None = None) -> Callable[[], None] | None:
+    """:func:`synchronizer_for` an operator or a graph executor: its ``device``, and its
+    ``asynchronous`` flag (``False`` when it has none)."""
+    return synchronizer_for(
+        str(getattr(runner, "device", "cpu")),
+        manager,
+        asynchronous=bool(getattr(runner, "asynchronous", False)),
+    )
 
 
 def _last_level_cache_bytes() -> int:

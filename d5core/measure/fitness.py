@@ -84,6 +84,7 @@ THREAD_COUNT_SETTINGS: dict[str, str] = {
     "tensorflow": "tf.config.threading.intra_op_parallelism_threads",
     "onnxruntime": "onnxruntime.SessionOptions.intra_op_num_threads",
     "native": "d5_kernels.omp_threads",
+    "mxnet": "mxnet.omp_threads",
 }
 #: The thread count of every other backend (numpy's, and those that compute with numpy):
 #: the threads of numpy's BLAS, which this variable sets; unset, BLAS starts one thread
@@ -415,9 +416,7 @@ def _thread_warnings(state: MachineState, cores: int, crowded: bool) -> list[str
     return out
 
 
-def competition(
-    before: MachineState, after: MachineState, cores: int | None = None
-) -> list[str]:
+def competition(before: MachineState, after: MachineState, cores: int | None = None) -> list[str]:
     """The warnings of :func:`assess` that say other work competed for the CPU between
     two snapshots (other processes, the load average where those cannot be read, steal
     time); empty when the cores were the measurement's own."""

@@ -254,9 +254,7 @@ def _summary_json(summary: Summary | Mapping[str, Any] | None) -> dict[str, Any]
     return data
 
 
-def _process_column(
-    processes: Sequence[int] | None, n: int, what: str
-) -> list[int | None]:
+def _process_column(processes: Sequence[int] | None, n: int, what: str) -> list[int | None]:
     """The ``process`` column for ``n`` samples: one non-negative integer each, or none."""
     if processes is None:
         return [None] * n
@@ -1082,8 +1080,7 @@ class ResultsStore:
                     raise UsageError(f"run {run_id} has no measurement {mid}")
                 start = int(row[0])
                 conn.executemany(
-                    "INSERT INTO samples (measurement_id, idx, value, process) "
-                    "VALUES (?, ?, ?, ?)",
+                    "INSERT INTO samples (measurement_id, idx, value, process) VALUES (?, ?, ?, ?)",
                     (
                         (int(mid), start + i, _float_or_none(v), owner)
                         for i, (v, owner) in enumerate(zip(values, owners[int(mid)], strict=True))

@@ -110,7 +110,7 @@ def op_job(
 ) -> PreparedJob:
     """What :func:`~d5core.runners.operators.bench_ops` times for one backend, problem and
     direction: the operator built on the seeded inputs, prepared for ``direction``."""
-    from d5core.measure.engine import synchronizer_for
+    from d5core.measure.engine import synchronizer_of
     from d5core.runners.operators import backend_by_name, build_operator, prepare
 
     made = problem_from_json(problem)
@@ -118,7 +118,7 @@ def op_job(
     operator = build_operator(backend_by_name(backend), made, dtype, inputs)
     fn = prepare(operator, direction, inputs, seed)
     return PreparedJob(
-        fn=fn, synchronize=synchronizer_for(operator.device), details=operator_details(operator)
+        fn=fn, synchronize=synchronizer_of(operator), details=operator_details(operator)
     )
 
 
@@ -137,13 +137,13 @@ def operator_details(operator: Any) -> dict[str, Any]:
 def net_job(model: str, executor: str, batch: int | None, mode: str, seed: int) -> PreparedJob:
     """What :func:`~d5core.runners.networks.bench_networks` times for one executor: a step
     of ``model`` in ``mode`` on the seeded feeds."""
-    from d5core.measure.engine import synchronizer_for
+    from d5core.measure.engine import synchronizer_of
     from d5core.runners.networks import executor_by_name, network_workload, prepare_step
 
     work = network_workload(model, batch=batch, mode=mode, seed=seed)
     instance = executor_by_name(executor, work.network)
     run = prepare_step(instance, executor, work)
-    return PreparedJob(fn=run, synchronize=synchronizer_for(instance.device))
+    return PreparedJob(fn=run, synchronize=synchronizer_of(instance))
 
 
 # -- results (in the parent) ------------------------------------------------------------------

@@ -579,7 +579,7 @@ def bench_networks(
     :param workload: the network and feeds, made by :func:`network_workload` (which
         these arguments build when it is ``None``).
     """
-    from d5core.measure.engine import measure, synchronizer_for
+    from d5core.measure.engine import measure, synchronizer_of
 
     work = workload or network_workload(model, batch=batch, mode=mode, seed=seed)
     timings: list[NetworkTiming] = []
@@ -590,7 +590,7 @@ def bench_networks(
             run,
             options,
             name=f"{name} {model} {work.mode}",
-            synchronize=synchronizer_for(executor.device),
+            synchronize=synchronizer_of(executor),
         )
         timing = NetworkTiming(model, name, work.mode, work.batch, m)
         if breakdown:

@@ -402,7 +402,7 @@ def bench_ops(
     :raises UsageError: for an unknown dtype, a backend named twice, or a problem whose
         tensors do not fit in memory.
     """
-    from d5core.measure.engine import measure, synchronizer_for
+    from d5core.measure.engine import measure, synchronizer_of
     from d5core.runners.jobs import operator_details
     from d5core.workloads.roofline import cpu_peak
 
@@ -423,7 +423,7 @@ def bench_ops(
                     fn,
                     options,
                     name=f"{name} {problem.label} {direction}",
-                    synchronize=synchronizer_for(operator.device),
+                    synchronize=synchronizer_of(operator),
                 )
                 m.details = operator_details(operator)
                 timing = timing_of(

@@ -259,7 +259,14 @@ def _count_correct(logits: Any, labels: Any) -> int:
     try:
         return int((logits.argmax(-1) == labels).sum().item())
     except AttributeError:
-        return int(np.sum(np.argmax(np.asarray(logits), axis=-1) == np.asarray(labels)))
+        return int(np.sum(np.argmax(_on_host(logits), axis=-1) == _on_host(labels)))
+
+
+def _on_host(value: Any) -> np.ndarray:
+    """A framework tensor as a numpy array: through ``asnumpy()`` where the tensor has
+    one (MXNet's NDArray, which numpy cannot read directly), else ``np.asarray``."""
+    to_numpy = getattr(value, "asnumpy", None)
+    return np.asarray(to_numpy() if callable(to_numpy) else value)
 
 
 def _first_input(executor: Any) -> str:
@@ -526,8 +533,8 @@ class Trainer:
             loss = float(value.item())
         except (RuntimeError, ValueError):  # a loss of several elements: the first
             loss = float(value.reshape(-1)[0].item())
-        except AttributeError:  # a tensor without .item() (TensorFlow's): through numpy
-            loss = float(np.asarray(value).reshape(-1)[0])
+        except AttributeError:  # a tensor without .item() (TensorFlow's, MXNet's)
+            loss = float(_on_host(value).reshape(-1)[0])
         correct: int | None = None
         counter = self._counting
         if counter is not None:

@@ -17,7 +17,14 @@ import pytest
 
 from d5core.bus import MEASURE_SAMPLE, Event, MetricBus
 from d5core.hookspecs import hookimpl
-from d5core.measure import Clock, Measurement, MeasureOptions, measure, synchronizer_for
+from d5core.measure import (
+    Clock,
+    Measurement,
+    MeasureOptions,
+    measure,
+    synchronizer_for,
+    synchronizer_of,
+)
 from d5core.plugins import PluginManager
 
 
@@ -246,6 +253,32 @@ def test_synchronizer_calls_the_plugins_hook_with_the_device() -> None:
     assert sync is not None
     sync()
     assert plugin.devices == ["fake:0"]
+
+
+def test_an_asynchronous_cpu_operator_is_synchronized_before_every_clock_read() -> None:
+    manager = PluginManager(discover_installed=False)
+    plugin = _Accelerator()
+    manager.register(plugin, "accelerator")
+
+    class Queued:
+        device = "cpu"
+        asynchronous = True
+
+    class Plain:
+        device = "cpu"
+
+    assert synchronizer_of(Plain(), manager) is None
+    sync = synchronizer_of(Queued(), manager)
+    assert sync is not None
+    calls = {"n": 0}
+
+    def work() -> None:
+        calls["n"] += 1
+
+    m = measure(work, MeasureOptions(warmup=1, min_samples=6, max_samples=6), synchronize=sync)
+    assert plugin.devices and set(plugin.devices) == {"cpu"}
+    # one read before and one after each timed call at least
+    assert len(plugin.devices) >= 2 * len(m.samples)
 
 
 def test_synchronizer_warns_when_no_plugin_can_synchronize() -> None:

@@ -44,6 +44,7 @@ def test_the_thread_count_of_each_framework_is_its_intra_op_setting():
         "tensorflow": "tf.config.threading.intra_op_parallelism_threads",
         "onnxruntime": "onnxruntime.SessionOptions.intra_op_num_threads",
         "native": "d5_kernels.omp_threads",
+        "mxnet": "mxnet.omp_threads",
     }
     settings = {
         "OMP_NUM_THREADS": "3",

@@ -103,6 +103,11 @@ def test_bad_pattern_and_unknown_executor_are_usage_errors(d5_cli) -> None:
     assert result.exit_code == 2
 
 
+#: Executors whose baseline entry is recorded, and checked, in an environment of their
+#: own (MXNet needs numpy 1.23): their plugin's tests hold it to that environment.
+ENVIRONMENT_OF_ITS_OWN = {"mxnet"}
+
+
 def _installed(executor: str) -> dict[str, str]:
     """The versions a baseline of ``executor`` recorded here would hold."""
     import onnx
@@ -193,11 +198,14 @@ def test_pass_count_does_not_fall_below_the_checked_in_baseline(executor, d5_cli
 def test_checked_in_baseline_matches_the_installed_framework_versions() -> None:
     """The pins in the plugins' pyproject.toml and conformance/baseline.json move together:
     a baseline counted with another onnxruntime (or torch, or onnx) is not this one's."""
-    baseline = json.loads(
-        (Path(__file__).parents[2] / "conformance" / "baseline.json").read_text()
-    )
+    baseline = json.loads((Path(__file__).parents[2] / "conformance" / "baseline.json").read_text())
+    checked = set()
     for executor, entry in baseline.items():
+        if executor in ENVIRONMENT_OF_ITS_OWN:
+            continue  # checked by its plugin's own session, in its environment
         assert entry.get("versions") == _installed(executor), executor
+        checked.add(executor)
+    assert checked == {"onnxruntime", "numpy", "torch", "tensorflow"}
 
 
 def test_baseline_from_other_versions_is_named_in_a_warning(d5_cli, tmp_path) -> None:

@@ -19,9 +19,37 @@ def d5_environment_info() -> Mapping[str, Any]:
         config = np.show_config(mode="dicts")
         blas = config.get("Build Dependencies", {}).get("blas", {})
         info["blas"] = {k: blas.get(k) for k in ("name", "version", "openblas configuration")}
-    except Exception:  # older numpy without mode="dicts"
+    except TypeError:  # numpy before 1.25 has no mode="dicts"
+        info["blas"] = _legacy_blas(np)
+    except Exception:
         info["blas"] = None
     return info
+
+
+def _legacy_blas(np: Any) -> dict[str, Any] | None:
+    """The BLAS of a numpy before 1.25 (numpy 1.23 beside MXNet): the library its build
+    config names, and the version of the one it loaded, as threadpoolctl finds it (when
+    installed) in numpy's own library folder."""
+    found = None
+    for key in ("blas_ilp64_opt_info", "blas_opt_info"):
+        built = getattr(np.__config__, key, None)
+        if isinstance(built, dict) and built.get("libraries"):
+            found = {"name": built["libraries"][0], "version": None, "openblas configuration": None}
+            break
+    if found is None:
+        return None
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return found
+    for lib in threadpool_info():
+        if lib.get("user_api") == "blas" and "numpy" in str(lib.get("filepath", "")):
+            found["version"] = lib.get("version")
+            found["openblas configuration"] = (
+                f"{lib.get('internal_api')} {lib.get('version')} {lib.get('architecture')}"
+            )
+            break
+    return found
 
 
 @hookimpl

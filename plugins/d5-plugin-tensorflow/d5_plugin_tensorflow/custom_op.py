@@ -253,8 +253,10 @@ class TensorflowKernels:
 
         tf = tensorflow()
         tensors = [tf.constant(x) for x in inputs]
-        graph = self._graph("forward", attributes)
-        return lambda: graph(*tensors)
+        # Through the traced concrete function, as the operator backend calls its own:
+        # calling the tf.function matches the arguments to a signature on every call.
+        concrete = self._graph("forward", attributes).get_concrete_function(*tensors)
+        return lambda: concrete(*tensors)
 
     def prepare_backward(
         self,
@@ -266,8 +268,8 @@ class TensorflowKernels:
 
         tf = tensorflow()
         tensors = [tf.constant(a) for a in [*inputs, *grad_outputs]]
-        graph = self._graph("backward", attributes)
-        return lambda: graph(*tensors)
+        concrete = self._graph("backward", attributes).get_concrete_function(*tensors)
+        return lambda: concrete(*tensors)
 
 
 def _register_gradient(tf: Any, name: str, grad_op: Any, spec: Any) -> None:

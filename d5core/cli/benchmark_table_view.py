@@ -1,0 +1,89 @@
+"""Rendering of ``d5 results table --kind op|net`` (the data is
+:mod:`d5core.results.benchmark_table`), and of the environment legend every results
+table prints under it when its values come from more than one environment."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import click
+from rich.markup import escape
+from rich.table import Table
+
+from d5core.cli.output import console
+from d5core.results.benchmark_table import BenchmarkTable
+from d5core.results.environments import EnvironmentLegend
+
+__all__ = ["print_benchmark_table", "print_legend"]
+
+_TIME_SCALES = ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs"), (1e-9, "ns"))
+_VALIDATED = {True: "[green]validated[/]", False: "[bold red]FAILED validation[/]", None: ""}
+
+
+def _time(cell: Mapping[str, Any]) -> str:
+    median = cell.get("median")
+    if median is None:
+        return "-"
+    factor, label = next(((f, u) for f, u in _TIME_SCALES if abs(median) >= f), _TIME_SCALES[-1])
+    if cell.get("unit") != "s":
+        factor, label = 1.0, str(cell.get("unit", ""))
+
+    def num(value: float | None) -> str:
+        return "-" if value is None else f"{value / factor:.4g}"
+
+    return f"{num(median)} [{num(cell.get('ci_low'))}, {num(cell.get('ci_high'))}] {label}"
+
+
+def _cell(cell: Mapping[str, Any] | None, fastest: float | None) -> str:
+    if cell is None:
+        return "-"
+    lines = [escape(_time(cell))]
+    extra = [str(cell["environment"])]
+    median = cell.get("median")
+    if fastest and median:
+        extra.append(f"{median / fastest:.2f}x")
+    lines.append(" · ".join(extra))
+    check = _VALIDATED[cell.get("validated")]
+    if check:
+        lines.append(check)
+    return "\n".join(lines)
+
+
+def print_benchmark_table(table: BenchmarkTable) -> None:
+    """The rows, one column per backend or executor: median [95% CI] per call, the
+    environment tag, the ratio to the row's fastest, and the stored validation."""
+    title = {"op": "operators", "net": "networks"}[table.kind]
+    out = Table(
+        title=f"{title} side by side (median per call [95% CI]; environment; x the fastest)",
+        title_justify="left",
+        caption="one cell per backend from its newest stored run; validation: the newest "
+        "`d5 validate op` of that operator, backend and dtype in the store",
+        caption_justify="left",
+    )
+    for name in table.fields:
+        out.add_column(name)
+    for name in table.columns:
+        out.add_column(name, justify="right")
+    for row in table.rows:
+        cells = row["cells"]
+        medians = [c["median"] for c in cells.values() if c.get("median")]
+        fastest = min(medians) if len(medians) > 1 else None
+        out.add_row(
+            *(escape(str(row[f])) for f in table.fields),
+            *(_cell(cells.get(name), fastest) for name in table.columns),
+        )
+    console().print(out)
+    print_legend(table.legend)
+
+
+def print_legend(legend: EnvironmentLegend, *, facts: bool = True) -> None:
+    """Each environment's facts (unless ``facts`` is false: JSON output holds them);
+    with more than one environment, a warning on standard error naming what differs."""
+    for tag, found in legend.facts.items() if facts else ():
+        shown = ", ".join(f"{k} {v}" for k, v in found.items() if k != "interpreter")
+        where = found.get("interpreter", "")
+        console().print(escape(f"{tag}: {shown}" + (f" ({where})" if where else "")))
+    warning = legend.warning()
+    if warning:
+        click.echo(f"d5: warning: {warning}", err=True)

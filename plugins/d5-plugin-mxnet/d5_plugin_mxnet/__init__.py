@@ -1,0 +1,3 @@
+"""MXNet for d5."""
+
+__version__ = "0.1.0"
