@@ -43,21 +43,23 @@ def pad_spatial(
     x: Any, shape: Sequence[int], pads: Sequence[tuple[int, int]], value: float = 0.0
 ) -> Any:
     """``x`` (of ``shape``, N and C then spatial axes) padded by (begin, end) ``pads`` on
-    the spatial axes, with ``value``; a negative pad crops. MXNet's ``pad`` takes 4-D and
+    the spatial axes, with ``value``; a negative pad crops. The padding is applied before
+    the crops, so that a crop at one end of an axis and padding at the other never leave
+    an empty array in between (MXNet 1.9 cannot hold one). MXNet's ``pad`` takes 4-D and
     5-D data only: 3-D data (one spatial axis) goes through a height of one."""
-    if not any(b or e for b, e in pads):
-        return x
+    grow = [(max(b, 0), max(e, 0)) for b, e in pads]
+    if any(b or e for b, e in grow):
+        x = _pad(x, shape, grow, value)
+        shape = (*shape[:2], *(n + b + e for n, (b, e) in zip(shape[2:], grow, strict=True)))
     if any(b < 0 or e < 0 for b, e in pads):
         begin = (None, None, *(max(-b, 0) for b, _ in pads))
         end = (None, None, *(n - max(-e, 0) for n, (_, e) in zip(shape[2:], pads, strict=True)))
         x = mx.nd.slice(x, begin=begin, end=end)
-        shape = (
-            *shape[:2],
-            *(n - max(-b, 0) - max(-e, 0) for n, (b, e) in zip(shape[2:], pads, strict=True)),
-        )
-        pads = [(max(b, 0), max(e, 0)) for b, e in pads]
-        if not any(b or e for b, e in pads):
-            return x
+    return x
+
+
+def _pad(x: Any, shape: Sequence[int], pads: Sequence[tuple[int, int]], value: float) -> Any:
+    """``x`` of ``shape`` padded by the non-negative (begin, end) ``pads``."""
     flat = [0, 0, 0, 0]
     for b, e in pads:
         flat += [b, e]
