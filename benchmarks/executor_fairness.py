@@ -74,7 +74,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -150,6 +150,35 @@ class Binding:
     to_hand: Callable[[np.ndarray], np.ndarray] = lambda a: a
     to_d5: Callable[[np.ndarray], np.ndarray] = lambda a: a
     trainable: bool = True
+
+
+def norm_bindings(name: str, layer: Any, attributes: Sequence[str]) -> list[Binding]:
+    """The four bindings of BatchNormalization ``name``: ``attributes`` names the hand
+    layer's scale, shift, mean and variance (``weight``, ``bias``, ``running_mean``,
+    ``running_var`` in torch)."""
+    scale, shift, mean, var = (getattr(layer, a) for a in attributes)
+    return [
+        Binding(f"{name}.scale", scale),
+        Binding(f"{name}.bias", shift),
+        Binding(f"{name}.mean", mean, trainable=False),
+        Binding(f"{name}.var", var, trainable=False),
+    ]
+
+
+def plain_bindings(layers: Layers, norm: Sequence[str]) -> list[Binding]:
+    """The bindings of hand layers that keep ONNX's layouts (torch, Gluon): a
+    convolution's or dense layer's ``weight`` and ``bias`` as they are, and each
+    BatchNormalization's through :func:`norm_bindings` with the attribute names
+    ``norm``."""
+    bindings: list[Binding] = []
+    for name, (kind, layer) in layers.by_name.items():
+        if kind in ("conv", "gemm"):
+            bindings.append(Binding(f"{name}.weight", layer.weight))
+            if layer.bias is not None:
+                bindings.append(Binding(f"{name}.bias", layer.bias))
+        else:
+            bindings += norm_bindings(name, layer, norm)
+    return bindings
 
 
 def _lenet_flat(shape: tuple[int, int, int]) -> tuple[int, int, int]:
@@ -265,20 +294,7 @@ def torch_model(net: str) -> tuple[Any, list[Binding]]:
             return self.fc(x)
 
     model = {"lenet5": LeNet5, "resnet20": ResNet20}[net]()
-    bindings: list[Binding] = []
-    for name, (kind, layer) in layers.by_name.items():
-        if kind in ("conv", "gemm"):
-            bindings.append(Binding(f"{name}.weight", layer.weight))
-            if layer.bias is not None:
-                bindings.append(Binding(f"{name}.bias", layer.bias))
-        else:
-            bindings += [
-                Binding(f"{name}.scale", layer.weight),
-                Binding(f"{name}.bias", layer.bias),
-                Binding(f"{name}.mean", layer.running_mean, trainable=False),
-                Binding(f"{name}.var", layer.running_var, trainable=False),
-            ]
-    return model, bindings
+    return model, plain_bindings(layers, ("weight", "bias", "running_mean", "running_var"))
 
 
 def torch_sides(net: str, batch: int, mode: str) -> list[Comparison]:
@@ -423,12 +439,9 @@ def keras_model(net: str) -> tuple[Any, list[Binding]]:
             )  # fmt: skip
             bindings.append(Binding(f"{name}.bias", layer.bias))
         else:
-            bindings += [
-                Binding(f"{name}.scale", layer.gamma),
-                Binding(f"{name}.bias", layer.beta),
-                Binding(f"{name}.mean", layer.moving_mean, trainable=False),
-                Binding(f"{name}.var", layer.moving_variance, trainable=False),
-            ]
+            bindings += norm_bindings(
+                name, layer, ("gamma", "beta", "moving_mean", "moving_variance")
+            )
     return model, bindings
 
 

@@ -60,6 +60,7 @@ from executor_fairness import (
     _names,
     _table,
     measure,
+    plain_bindings,
     summarize,
 )
 
@@ -147,20 +148,7 @@ def gluon_model(net: str) -> tuple[Any, list[Binding]]:
 
     model = {"lenet5": LeNet5, "resnet20": ResNet20}[net]()
     model.initialize(ctx=mx.cpu())
-    bindings: list[Binding] = []
-    for name, (kind, layer) in layers.by_name.items():
-        if kind in ("conv", "gemm"):
-            bindings.append(Binding(f"{name}.weight", layer.weight))
-            if layer.bias is not None:
-                bindings.append(Binding(f"{name}.bias", layer.bias))
-        else:
-            bindings += [
-                Binding(f"{name}.scale", layer.gamma),
-                Binding(f"{name}.bias", layer.beta),
-                Binding(f"{name}.mean", layer.running_mean, trainable=False),
-                Binding(f"{name}.var", layer.running_var, trainable=False),
-            ]
-    return model, bindings
+    return model, plain_bindings(layers, ("gamma", "beta", "running_mean", "running_var"))
 
 
 def _synchronized(fn: Fn) -> Fn:

@@ -59,6 +59,7 @@ __all__ = [
     "rng_of",
     "run_property",
     "small",
+    "small_problems",
 ]
 
 #: Every ``auto_pad`` value ONNX defines.
@@ -123,6 +124,53 @@ def distinct(rng: np.random.Generator, shape: Sequence[int]) -> np.ndarray:
     """Values 0.1 apart in a random order, so that no pooling window holds a tie."""
     n = math.prod(shape)
     return (rng.permutation(n) * 0.1 - n * 0.05).reshape(tuple(shape))
+
+
+def small_problems(seed: int = 7) -> dict[str, Problem]:
+    """One small fixed float32 problem per reference operator, by operator type: what the
+    tests of a backend's prepared callables (no conversion, no wait, the right kernel
+    inside the timed region) run each operator on. Seeded, so every call gives the same
+    arrays; a backend's tests replace the entries they need otherwise."""
+    rng = np.random.default_rng(seed)
+
+    def f(*shape: int) -> np.ndarray:
+        return rng.standard_normal(shape).astype(np.float32)
+
+    def pos(*shape: int) -> np.ndarray:
+        return rng.uniform(0.5, 1.5, shape).astype(np.float32)
+
+    labels = np.array([[0, 2], [1, 1], [2, 0], [1, 0]])
+    return {
+        "Gemm": ({"transB": 1, "alpha": 0.5}, [f(3, 4), f(2, 4), f(2)]),
+        "MatMul": ({}, [f(2, 3, 4), f(4)]),
+        "Conv": ({"pads": [1, 0, 0, 1]}, [f(1, 2, 5, 5), f(3, 2, 3, 3), f(3)]),
+        "ConvTranspose": ({"strides": [2], "pads": [1, 0]}, [f(1, 2, 4), f(2, 3, 3), f(3)]),
+        "Relu": ({}, [f(3, 4)]),
+        "LeakyRelu": ({"alpha": 0.2}, [f(3, 4)]),
+        "Sigmoid": ({}, [f(3, 4)]),
+        "Tanh": ({}, [f(3, 4)]),
+        "Softmax": ({"axis": 0}, [f(3, 4)]),
+        "LogSoftmax": ({}, [f(3, 4)]),
+        "MaxPool": ({"kernel_shape": [2, 2], "pads": [1, 0, 0, 1]}, [f(1, 2, 5, 5)]),
+        "AveragePool": ({"kernel_shape": [3], "ceil_mode": 1, "strides": [2]}, [f(1, 2, 6)]),
+        "GlobalAveragePool": ({}, [f(2, 3, 4)]),
+        "BatchNormalization": ({"training_mode": 1}, [f(2, 3, 4), pos(3), f(3), f(3), pos(3)]),
+        "Dropout": ({"seed": 1}, [f(3, 4), np.array(0.5, np.float32), np.array(True)]),
+        "Add": ({}, [f(3, 4), f(4)]),
+        "Sub": ({}, [f(3, 4), f(3, 1)]),
+        "Mul": ({}, [f(3, 4), f(3, 4)]),
+        "Div": ({}, [f(3, 4), pos(4)]),
+        "Sum": ({}, [f(3, 4), f(4), f(1, 4)]),
+        "Reshape": ({}, [f(2, 3, 4), np.array([0, -1])]),
+        "Flatten": ({"axis": 2}, [f(2, 3, 4)]),
+        "Transpose": ({"perm": [2, 0, 1]}, [f(2, 3, 4)]),
+        "Concat": ({"axis": 1}, [f(2, 3), f(2, 2)]),
+        "Squeeze": ({}, [f(2, 1, 3), np.array([1])]),
+        "Unsqueeze": ({}, [f(2, 3), np.array([0, -1])]),
+        "Identity": ({}, [f(2, 3)]),
+        "SoftmaxCrossEntropyLoss": ({}, [f(4, 3, 2), labels]),
+        "MeanSquaredError": ({}, [f(3, 4), f(3, 4)]),
+    }
 
 
 def broadcastable(data: st.DataObject, full: Sequence[int]) -> tuple[int, ...]:

@@ -25,6 +25,7 @@ from d5_plugin_tensorflow.ops import Plan, Slot
 from d5_plugin_tensorflow.ops._base import Prepared, Signature
 
 from d5core.levels.operators import TensorDescriptor
+from d5core.testing.operator_agreement import small_problems
 from d5core.validate import default_grad_outputs
 
 tf = tensorflow()
@@ -40,40 +41,7 @@ def _pos(*shape: int) -> np.ndarray:
 
 
 #: One small problem per operator.
-CASES: dict[str, tuple[dict[str, Any], list[np.ndarray]]] = {
-    "Gemm": ({"transB": 1, "alpha": 0.5}, [_f(3, 4), _f(2, 4), _f(2)]),
-    "MatMul": ({}, [_f(2, 3, 4), _f(4)]),
-    "Conv": ({"pads": [1, 0, 0, 1]}, [_f(1, 2, 5, 5), _f(3, 2, 3, 3), _f(3)]),
-    "ConvTranspose": ({"strides": [2], "pads": [1, 0]}, [_f(1, 2, 4), _f(2, 3, 3), _f(3)]),
-    "Relu": ({}, [_f(3, 4)]),
-    "LeakyRelu": ({"alpha": 0.2}, [_f(3, 4)]),
-    "Sigmoid": ({}, [_f(3, 4)]),
-    "Tanh": ({}, [_f(3, 4)]),
-    "Softmax": ({"axis": 0}, [_f(3, 4)]),
-    "LogSoftmax": ({}, [_f(3, 4)]),
-    "MaxPool": ({"kernel_shape": [2, 2], "pads": [1, 0, 0, 1]}, [_f(1, 2, 5, 5)]),
-    "AveragePool": ({"kernel_shape": [3], "ceil_mode": 1, "strides": [2]}, [_f(1, 2, 6)]),
-    "GlobalAveragePool": ({}, [_f(2, 3, 4)]),
-    "BatchNormalization": (
-        {"training_mode": 1},
-        [_f(2, 3, 4), _pos(3), _f(3), _f(3), _pos(3)],
-    ),
-    "Dropout": ({"seed": 1}, [_f(3, 4), np.array(0.5, np.float32), np.array(True)]),
-    "Add": ({}, [_f(3, 4), _f(4)]),
-    "Sub": ({}, [_f(3, 4), _f(3, 1)]),
-    "Mul": ({}, [_f(3, 4), _f(3, 4)]),
-    "Div": ({}, [_f(3, 4), _pos(4)]),
-    "Sum": ({}, [_f(3, 4), _f(4), _f(1, 4)]),
-    "Reshape": ({}, [_f(2, 3, 4), np.array([0, -1])]),
-    "Flatten": ({"axis": 2}, [_f(2, 3, 4)]),
-    "Transpose": ({"perm": [2, 0, 1]}, [_f(2, 3, 4)]),
-    "Concat": ({"axis": 1}, [_f(2, 3), _f(2, 2)]),
-    "Squeeze": ({}, [_f(2, 1, 3), np.array([1])]),
-    "Unsqueeze": ({}, [_f(2, 3), np.array([0, -1])]),
-    "Identity": ({}, [_f(2, 3)]),
-    "SoftmaxCrossEntropyLoss": ({}, [_f(4, 3, 2), np.array([[0, 2], [1, 1], [2, 0], [1, 0]])]),
-    "MeanSquaredError": ({}, [_f(3, 4), _f(3, 4)]),
-}
+CASES = small_problems()
 
 ALL = pytest.mark.parametrize("op_type", sorted(CASES))
 BACKENDS = pytest.mark.parametrize(
