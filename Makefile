@@ -10,6 +10,15 @@ TORCH  := torch==2.13.0
 SHARED_PLUGINS := d5-plugin-numpy d5-plugin-torch d5-plugin-onnxruntime d5-plugin-mpi \
                   d5-plugin-tensorflow
 STAMP  := $(VENV)/.installed
+# The checkers are pinned: a new ruff or mypy release may find new faults in old code.
+RUFF_VERSION := 0.17.6
+MYPY_VERSION := 2.4.1
+NOX_VERSION  := 2026.10.20
+# A download cut off halfway is retried and resumed rather than failing the build (pip
+# resumes since 25.1; a new venv's own pip may be older).
+PIP_VERSION  := 26.3
+export PIP_RETRIES ?= 10
+export PIP_RESUME_RETRIES ?= 20
 
 .PHONY: dev mxnet demo test lint types bench docs dist clean
 
@@ -20,9 +29,11 @@ dev: $(STAMP) ## .venv with d5core and every shareable plugin, editable
 $(STAMP): pyproject.toml $(foreach p,$(SHARED_PLUGINS),plugins/$(p)/pyproject.toml) \
           kernels/pyproject.toml kernels/CMakeLists.txt
 	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check pip==$(PIP_VERSION)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check \
 	    "$(TORCH)" -e ".[test]" $(foreach p,$(SHARED_PLUGINS),-e "plugins/$(p)[test]") \
-	    nox ruff mypy scikit-build-core==0.11.6 pybind11==2.13.6
+	    nox==$(NOX_VERSION) ruff==$(RUFF_VERSION) mypy==$(MYPY_VERSION) \
+	    scikit-build-core==0.11.6 pybind11==2.13.6
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check \
 	    --no-build-isolation -e "kernels[test]"
 	touch $(STAMP)
@@ -40,6 +51,7 @@ mxnet: $(MXNET_STAMP) ## .venv-mxnet: d5core, the MXNet plugin, the numpy refere
 $(MXNET_STAMP): pyproject.toml plugins/d5-plugin-mxnet/pyproject.toml \
                 plugins/d5-plugin-numpy/pyproject.toml plugins/d5-plugin-mpi/pyproject.toml
 	$(PYTHON) -m venv $(MXNET_VENV)
+	$(MXNET_BIN)/python -m pip install --quiet --disable-pip-version-check pip==$(PIP_VERSION)
 	$(MXNET_BIN)/python -m pip install --quiet --disable-pip-version-check \
 	    $(MXNET_PINS) -e ".[test]" -e "plugins/d5-plugin-numpy[test,customop]" \
 	    -e plugins/d5-plugin-mpi -e "plugins/d5-plugin-mxnet[test]"

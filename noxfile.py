@@ -154,19 +154,31 @@ def integration(session: nox.Session) -> None:
     pytest(session, "integration", "tests/integration")
 
 
-@nox.session
+#: ``make dev``'s environment: the shareable plugins with their frameworks, and the pinned
+#: ruff and mypy. The static checks run there, so that CI neither downloads them again nor
+#: keeps a fourth copy of torch and TensorFlow on its disk.
+DEV_BIN = ROOT / ".venv" / "bin"
+
+
+def dev_tool(session: nox.Session, tool: str) -> str:
+    """The path of ``tool`` in ``make dev``'s environment; the session fails in one line
+    naming the fix when that environment has not been made."""
+    path = DEV_BIN / tool
+    if not path.exists():
+        session.error(f"{path} is missing: run `make dev` first (it installs {tool})")
+    return str(path)
+
+
+@nox.session(venv_backend="none")
 def lint(session: nox.Session) -> None:
-    """ruff over the whole repository."""
-    session.install("ruff")
-    session.run("ruff", "check", ".")
+    """ruff over the whole repository, with the ruff ``make dev`` pins."""
+    session.run(dev_tool(session, "ruff"), "check", ".", external=True)
 
 
-@nox.session
+@nox.session(venv_backend="none")
 def types(session: nox.Session) -> None:
     """mypy, strict, over d5core, d5's plugins and the plugins of docs/plugins (the files
-    of pyproject.toml's ``[tool.mypy]``); the plugins are installed with their
-    frameworks, so that they are checked against the frameworks' own types."""
-    pins = [pin for name in SHARED for pin in PINS.get(name, [])]
-    plugins = [arg for name in SHARED for arg in ("-e", f"plugins/{name}")]
-    session.install("mypy", *pins, "-e", ".[test]", *plugins)
-    session.run("mypy")
+    of pyproject.toml's ``[tool.mypy]``), in ``make dev``'s environment: the shareable
+    plugins are installed there with their frameworks, so that they are checked against
+    the frameworks' own types."""
+    session.run(dev_tool(session, "mypy"), external=True)
