@@ -150,7 +150,7 @@ def example(session: nox.Session) -> None:
 def integration(session: nox.Session) -> None:
     """Every shareable plugin together, broken fixture plugins, the d5 command end to end."""
     pins = [pin for name in SHARED for pin in PINS.get(name, [])]
-    session.install(*pins, "-e", ".[test]", *(f"plugins/{name}" for name in SHARED))
+    session.install(*pins, "-e", ".[test,hf]", *(f"plugins/{name}" for name in SHARED))
     pytest(session, "integration", "tests/integration")
 
 

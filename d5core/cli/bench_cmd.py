@@ -846,7 +846,10 @@ def _net_results(
             workload.model, name, workload.mode, workload.batch, gathered.measurement
         )
         if name in breakdown:
+            from d5core.runners.networks import fallback_nodes
+
             timing.per_node = _breakdown(breakdown[name], name, workload, gathered)
+            timing.fallback = fallback_nodes(breakdown[name])
         _store_net_timing(store, run_id, timing, gathered)
         row = {**timing.to_json(), **nested_fields(gathered.nested)}
         nodes = timing.per_node is not None and timing.per_node.nodes
@@ -911,6 +914,8 @@ def _store_net_timing(store: Any, run_id: str, timing: Any, gathered: Gathered) 
         node_labels = {
             **labels, "node": node.node, "op_type": node.op_type, "direction": node.direction,
         }  # fmt: skip
+        if node.node in timing.fallback:  # run by the executor's fallback engine
+            node_labels["fallback"] = "yes"
         store.add_measurement(run_id, "node_time", node.samples, labels=node_labels)
     store.add_metric(run_id, "node_time_sum", per_node.node_sum, labels=labels, unit="s")
 
@@ -926,8 +931,9 @@ def _breakdown_table(timing: Any) -> Table:
     for column in ("node", "op", "direction", "median", "share"):
         layers.add_column(column)
     for node in per_node.nodes[:15]:
+        fallback = " (fallback)" if node.node in timing.fallback else ""
         layers.add_row(
-            node.node, node.op_type, node.direction, _fmt_time(node.median),
+            node.node, node.op_type + fallback, node.direction, _fmt_time(node.median),
             f"{100 * node.share:.1f}%",
         )  # fmt: skip
     return layers

@@ -149,6 +149,12 @@ def _print(report: Any, failures: bool) -> None:
         f"unsupported {counts['unsupported']}, error {counts['error']} "
         f"[{report.seconds:.1f} s]"
     )
+    fallback = report.passed_with_fallback
+    if fallback:
+        out.print(
+            f"{fallback} of the {counts['passed']} passed cases ran some operator on the "
+            "executor's fallback engine (numpy's: onnx.reference), not on its own code"
+        )
     if failures and report.failures:
         table = Table(title="cases that went wrong", title_justify="left")
         for column in ("case", "op", "status", "why"):

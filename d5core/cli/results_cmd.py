@@ -680,7 +680,7 @@ def _print_table(group_by: str, out: Sequence[Mapping[str, Any]]) -> None:
         "and unfinished runs are counted, not summarised.",
         caption_justify="left",
     )
-    columns = (
+    columns: tuple[str, ...] = (
         group_by,
         "recipe",
         "runs",
@@ -691,19 +691,37 @@ def _print_table(group_by: str, out: Sequence[Mapping[str, Any]]) -> None:
         "samples/s, median [95% CI]",
         "env",
     )
+    # language models: time to perplexity and final perplexity, when a row has them
+    perplexity = any("final_perplexity" in row for row in out)
+    if perplexity:
+        columns = (
+            *columns[:-1],
+            "reached perplexity",
+            "time to perplexity (s), median [95% CI]",
+            "final perplexity, median \\[range]",
+            columns[-1],
+        )
     for column in columns:
         table.add_column(column, justify="right")
     for row in out:
         acc, thr = row["final_test_accuracy"], row["throughput"]
-        table.add_row(
+        cells = [
             escape(str(row[group_by])),
             escape(f"{row['recipe']} {(row['recipe_hash'] or '-')[:8]}"),
             _runs_cell(row),
             *_tta_cells(row["time_to_accuracy"]),
             f"{acc['median']:.4g} [{acc['min']:.4g}, {acc['max']:.4g}]" if acc else "-",
             f"{thr['median']:,.0f} [{thr['ci_low']:,.0f}, {thr['ci_high']:,.0f}]" if thr else "-",
-            " ".join(row.get("environments", [])) or "-",
-        )
+        ]
+        if perplexity:
+            reached, interval, _ = _tta_cells(row.get("time_to_perplexity"))
+            ppl = row.get("final_perplexity")
+            cells += [
+                reached if "reached_target_perplexity" in row else "-",
+                interval,
+                f"{ppl['median']:.4g} [{ppl['min']:.4g}, {ppl['max']:.4g}]" if ppl else "-",
+            ]
+        table.add_row(*cells, " ".join(row.get("environments", [])) or "-")
     console().print(table)
 
 

@@ -54,11 +54,18 @@ def _echo_run(run: TrainedRun) -> None:
     result, values = run.result, run.values
     acc = values["final_test_accuracy"]
     tta = values["time_to_accuracy"]
+    # a language model's run has a target perplexity and often no target accuracy
+    shows_tta = tta is not None or "final_perplexity" not in values
     click.echo(
         f"run {run.run_id}: {result.status} ({result.stop_reason}) after {result.epochs} "
         f"epochs, {result.steps} steps, {result.wall_s:.2f} s; final test accuracy "
-        f"{'-' if acc is None else f'{acc:.4f}'}; time to accuracy "
-        f"{'not reached' if tta is None else f'{tta:.2f} s'}"
+        f"{'-' if acc is None else f'{acc:.4f}'}"
+        + (
+            f"; time to accuracy {'not reached' if tta is None else f'{tta:.2f} s'}"
+            if shows_tta
+            else ""
+        )
+        + _perplexity_text(values)
     )
     for c in run.checks:
         side = "min" if "min" in c else "max"
@@ -68,6 +75,17 @@ def _echo_run(run: TrainedRun) -> None:
     for name, res in run.metric_results.items():
         if name not in checked:  # a metric measured without a threshold
             click.echo(f"       {name} = {_shown(values[name], res)}")
+
+
+def _perplexity_text(values: dict[str, float | None]) -> str:
+    """A language model's part of the run's line: final perplexity, time to perplexity."""
+    if "final_perplexity" not in values:
+        return ""
+    ppl, ttp = values["final_perplexity"], values.get("time_to_perplexity")
+    return (
+        f"; final perplexity {'-' if ppl is None else f'{ppl:.4f}'}; time to perplexity "
+        f"{'not reached' if ttp is None else f'{ttp:.2f} s'}"
+    )
 
 
 def _shown(value: float | None, result: dict[str, Any]) -> str:
@@ -82,6 +100,14 @@ def _echo_summary(runs: Sequence[TrainedRun]) -> None:
     from d5core.runners.training import repeat_summary
 
     summary = repeat_summary([r.to_json() for r in runs])
+    if "reached_target_perplexity" in summary:  # a language model's runs
+        olympic = summary["time_to_perplexity_olympic_mean"]
+        click.echo(
+            f"{len(runs)} runs, {summary['reached_target_perplexity']} reached the target "
+            f"perplexity; time to perplexity olympic mean "
+            f"{'-' if olympic is None else f'{olympic:.3f} s'}"
+        )
+        return
     olympic = summary["time_to_accuracy_olympic_mean"]
     click.echo(
         f"{len(runs)} runs, {summary['reached_target']} reached the target; time to accuracy "

@@ -266,7 +266,9 @@ def validate_net(
     tolerances = _tolerances(rtol, atol, "float32")
     result = validate_network(model, executor, batch=batch, seed=seed, tolerances=tolerances)
     data = result.to_json()
-    config = {"model": model, "executor": executor, "batch": batch}
+    config: dict[str, Any] = {"model": model, "executor": executor, "batch": batch}
+    if result.fallback:  # nodes an executor ran on its fallback engine (forward only)
+        config["fallback"] = result.fallback
     with (
         ResultsStore.open(db) as store,
         store.run("validate", f"{model} {executor}", config=config, seed=seed) as run_id,

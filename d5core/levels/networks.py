@@ -15,7 +15,12 @@ if TYPE_CHECKING:
 
     from d5core.networks.network import Network
 
-__all__ = ["GraphExecutor"]
+__all__ = [
+    "GraphExecutor",
+    "executors_supporting",
+    "missing_operator_message",
+    "operator_alternatives",
+]
 
 
 class GraphExecutor(ABC):
@@ -107,17 +112,52 @@ class GraphExecutor(ABC):
         for key, value in params.items():
             self.network.set_parameter(key, value)
 
+    @classmethod
+    def supports(cls, op_type: str, domain: str = "", opset: int | None = None) -> bool | None:
+        """Whether the executor runs operator ``op_type`` of ``domain`` (``""`` is ONNX's
+        default domain) at ``opset`` (``None``: any version).
+
+        ``None`` means it cannot tell. The default answers from :attr:`supported_ops`,
+        and ``None`` when that is empty; an executor that knows better (a framework with
+        a kernel registry, a fallback that runs more operators) overrides it. d5 asks it
+        to name, in the error for an operator one executor lacks, the executors that
+        have it. Added in plugin API 1.5.
+        """
+        if not cls.supported_ops:
+            return None
+        return op_type in cls.supported_ops
+
+    def details(self) -> dict[str, Any]:
+        """Facts about how this executor runs its network that reports should show,
+        JSON-serialisable: for example the nodes it hands to a fallback engine. The
+        default has none. Added in plugin API 1.5."""
+        return {}
+
+    def unsupported(
+        self, op_type: str, node: str, domain: str = "", opset: int | None = None
+    ) -> UsageError:
+        """The error for a node whose operator this executor cannot run: one line
+        naming the operator, the node and the installed executors that do run it
+        (:func:`missing_operator_message`). Raise it from :meth:`check_supported`."""
+        return UsageError(
+            missing_operator_message(self._label, op_type, node, domain=domain, opset=opset)
+        )
+
+    def alternatives(self, op_type: str, domain: str = "", opset: int | None = None) -> str:
+        """The end of :meth:`unsupported`'s message, for an executor that words its own
+        refusal: ``"executors that do: a, b"`` (or that none does). Added in plugin API
+        1.5."""
+        return operator_alternatives(op_type, domain, opset, exclude=self.name)
+
     def check_supported(self) -> None:
         """Raise a one-line UsageError naming the first node whose operator this
-        executor does not run (nothing is checked when ``supported_ops`` is empty)."""
-        if not self.supported_ops:
-            return
+        executor does not run, as :meth:`supports` says (nothing is refused where it
+        cannot tell), and the installed executors that run it."""
+        opsets = {o.domain or "": int(o.version) for o in self.model.opset_import}
         for node in self.network.nodes:
-            if node.op_type not in self.supported_ops:
-                raise UsageError(
-                    f"the {self._label} executor does not support operator "
-                    f"{node.op_type!r} (node {node.name!r}); choose another executor"
-                )
+            opset = opsets.get(node.domain or "")
+            if self.supports(node.op_type, node.domain, opset) is False:
+                raise self.unsupported(node.op_type, node.name, node.domain, opset)
 
 
 def _executors_that_train(exclude: str = "") -> str:
@@ -141,3 +181,63 @@ def _executors_that_train(exclude: str = "") -> str:
     if not names:
         return "an executor that trains (none is installed; 'd5 list-plugins' shows them)"
     return f"one of the installed executors that train: {', '.join(names)}"
+
+
+def executors_supporting(
+    op_type: str, domain: str = "", opset: int | None = None, *, exclude: str = ""
+) -> tuple[list[str], list[str]]:
+    """The installed executors (``d5.frameworks``) that run ``op_type``, and those that
+    cannot tell (their :meth:`GraphExecutor.supports` says ``None``), each sorted.
+
+    Each entry is imported to ask it: this runs on an error path only. An entry that
+    fails to load, or whose ``supports`` raises, is left out.
+    """
+    from d5core.plugins import get_plugin_manager
+
+    manager = get_plugin_manager()
+    yes: list[str] = []
+    unknown: list[str] = []
+    for name in manager.names("d5.frameworks"):
+        if name == exclude:
+            continue
+        try:
+            factory = manager.load("d5.frameworks", name)
+            ask = getattr(factory, "supports", None)
+            if callable(ask):
+                answer = ask(op_type, domain, opset)
+            else:
+                listed = getattr(factory, "supported_ops", None)
+                answer = (op_type in listed) if listed else None
+        except Exception:  # a broken plugin must not break the message
+            continue
+        if answer is True:
+            yes.append(name)
+        elif answer is None:
+            unknown.append(name)
+    return sorted(yes), sorted(unknown)
+
+
+def missing_operator_message(
+    executor: str, op_type: str, node: str, *, domain: str = "", opset: int | None = None
+) -> str:
+    """One line for a node ``executor`` cannot run: the operator, the node, and the
+    installed executors that run the operator (:func:`executors_supporting`)."""
+    what = f"{domain}.{op_type}" if domain not in ("", "ai.onnx") else op_type
+    head = f"the {executor} executor does not support operator {what!r} (node {node!r})"
+    return f"{head}; {operator_alternatives(op_type, domain, opset, exclude=executor)}"
+
+
+def operator_alternatives(
+    op_type: str, domain: str = "", opset: int | None = None, *, exclude: str = ""
+) -> str:
+    """Which other installed executors run ``op_type``, as the end of an error message:
+    ``"executors that do: numpy, torch"``, or that none does; executors that cannot
+    tell are named as ones that may."""
+    yes, unknown = executors_supporting(op_type, domain, opset, exclude=exclude)
+    if yes:
+        tail = f"executors that do: {', '.join(yes)}"
+    else:
+        tail = "no other installed executor does ('d5 list-plugins' lists them)"
+    if unknown:
+        tail += f"; {', '.join(unknown)} may (they do not say)"
+    return tail

@@ -53,12 +53,14 @@ class InputSlot:
 
     ``kind`` says what a backend does with it: ``"float"`` inputs are floating tensors
     handed to the framework (with gradients when ``differentiable``); ``"index"`` inputs
-    are integer tensors handed to it (class labels); ``"static"`` inputs (shapes, axes, a
-    dropout ratio) are read when the computation is built and never reach it.
+    are integer tensors handed to it (class labels, ``Gather``'s indices); ``"bool"``
+    inputs are boolean tensors handed to it (``Where``'s condition); ``"static"`` inputs
+    (shapes, axes, a dropout ratio) are read when the computation is built and never
+    reach it.
     """
 
     name: str
-    kind: Literal["float", "index", "static"] = "float"
+    kind: Literal["float", "index", "bool", "static"] = "float"
     optional: bool = False
     #: The slot takes all remaining inputs (``Sum``, ``Concat``); only the last slot.
     variadic: bool = False
@@ -148,8 +150,9 @@ def match_input_slots(
 
 
 def slot_has_no_gradient(slots: Sequence[InputSlot], index: int) -> bool:
-    """Whether input ``index`` falls in a ``"static"`` or ``"index"`` slot, or in one
-    marked not ``differentiable`` (False past the slots, unless the last is variadic)."""
+    """Whether input ``index`` falls in a slot that is not ``"float"`` (``"static"``,
+    ``"index"``, ``"bool"``), or in one marked not ``differentiable`` (False past the
+    slots, unless the last is variadic)."""
     if not slots or (index >= len(slots) and not slots[-1].variadic):
         return False
     slot = slots[min(index, len(slots) - 1)]
@@ -192,6 +195,8 @@ def check_float_dtypes(
                 )
         elif (slot.kind == "index" or slot.integer) and not is_integer_dtype(name):
             raise _fail(op_type, f"input {slot.name} must hold integers, got dtype {name}")
+        elif slot.kind == "bool" and name != "bool":
+            raise _fail(op_type, f"input {slot.name} must hold booleans, got dtype {name}")
     return dtype
 
 

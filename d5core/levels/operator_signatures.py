@@ -45,6 +45,16 @@ _POOL_ATTRIBUTES: dict[str, Any] = {
     **{k: v for k, v in _CONV_ATTRIBUTES.items() if k != "group"},
     "ceil_mode": 0,
 }
+#: The attributes LSTM and GRU share.
+_RECURRENT_ATTRIBUTES: dict[str, Any] = {
+    "activation_alpha": None,
+    "activation_beta": None,
+    "activations": None,
+    "clip": None,
+    "direction": "forward",
+    "hidden_size": None,
+    "layout": 0,
+}
 
 _SIGNATURES: dict[str, OperatorSignature] = {
     "Gemm": _signature(
@@ -176,6 +186,110 @@ _SIGNATURES: dict[str, OperatorSignature] = {
     "MeanSquaredError": _signature(
         (InputSlot("prediction"), InputSlot("target")),
         {"reduction": "mean"},
+    ),
+    # -- transformer operators: indexing, comparisons, math, reductions --
+    "Gather": _signature(
+        (InputSlot("data"), InputSlot("indices", kind="index")),
+        {"axis": 0},
+    ),
+    "GatherElements": _signature(
+        (InputSlot("data"), InputSlot("indices", kind="index")),
+        {"axis": 0},
+    ),
+    "Slice": _signature(
+        (
+            InputSlot("data"),
+            InputSlot("starts", kind="static", integer=True),
+            InputSlot("ends", kind="static", integer=True),
+            InputSlot("axes", kind="static", optional=True, integer=True),
+            InputSlot("steps", kind="static", optional=True, integer=True),
+        ),
+        {},
+    ),
+    "Shape": _signature(
+        (InputSlot("data", differentiable=False),),
+        {"start": 0, "end": None},
+    ),
+    "ConstantOfShape": _signature(
+        (InputSlot("input", kind="static", integer=True),),
+        {"value": None},
+    ),
+    "Expand": _signature(
+        (InputSlot("input"), InputSlot("shape", kind="static", integer=True)),
+        {},
+    ),
+    "Where": _signature(
+        (InputSlot("condition", kind="bool"), InputSlot("X"), InputSlot("Y")),
+        {},
+    ),
+    **{
+        op: _signature(
+            (InputSlot("A", differentiable=False), InputSlot("B", differentiable=False)), {}
+        )
+        for op in ("Equal", "Less", "Greater")
+    },
+    "Cast": _signature(
+        (InputSlot("input"),),
+        {"to": None, "saturate": 1, "round_mode": "up"},
+    ),
+    "Pow": _signature(
+        (InputSlot("X"), InputSlot("Y")),
+        {},
+    ),
+    "Sqrt": _signature((InputSlot("X"),), {}),
+    "Erf": _signature((InputSlot("input"),), {}),
+    "Exp": _signature((InputSlot("input"),), {}),
+    "Log": _signature((InputSlot("input"),), {}),
+    "Gelu": _signature(
+        (InputSlot("X"),),
+        {"approximate": "none"},
+    ),
+    # Axes are an input since opset 13 (ReduceSum) and 18 (the others), an attribute
+    # before; both forms are accepted, one at a time.
+    **{
+        op: _signature(
+            (InputSlot("data"), InputSlot("axes", kind="static", optional=True, integer=True)),
+            {"axes": None, "keepdims": 1, "noop_with_empty_axes": 0},
+        )
+        for op in ("ReduceMean", "ReduceSum", "ReduceMax")
+    },
+    "LayerNormalization": _signature(
+        (InputSlot("X"), InputSlot("Scale"), InputSlot("B", optional=True)),
+        {"axis": -1, "epsilon": 1e-05, "stash_type": 1},
+    ),
+    # split is an input since opset 13 (an attribute before); num_outputs since 18
+    "Split": _signature(
+        (InputSlot("input"), InputSlot("split", kind="static", optional=True, integer=True)),
+        {"axis": 0, "num_outputs": None},
+    ),
+    "Trilu": _signature(
+        (InputSlot("input"), InputSlot("k", kind="static", optional=True, integer=True)),
+        {"upper": 1},
+    ),
+    # -- recurrent layers (LSTM, GRU) --
+    "LSTM": _signature(
+        (
+            InputSlot("X"),
+            InputSlot("W"),
+            InputSlot("R"),
+            InputSlot("B", optional=True),
+            InputSlot("sequence_lens", kind="index", optional=True),
+            InputSlot("initial_h", optional=True),
+            InputSlot("initial_c", optional=True),
+            InputSlot("P", optional=True),
+        ),
+        {**_RECURRENT_ATTRIBUTES, "input_forget": 0},
+    ),
+    "GRU": _signature(
+        (
+            InputSlot("X"),
+            InputSlot("W"),
+            InputSlot("R"),
+            InputSlot("B", optional=True),
+            InputSlot("sequence_lens", kind="index", optional=True),
+            InputSlot("initial_h", optional=True),
+        ),
+        {**_RECURRENT_ATTRIBUTES, "linear_before_reset": 0},
     ),
 }
 

@@ -82,8 +82,8 @@ class SlottedOperator(Operator):
 
     def declares_no_gradient(self, index: int) -> bool:
         """Whether input ``index`` has no gradient by design: besides the declarations of
-        :class:`~d5core.api.Operator`, an input in a ``"static"`` or ``"index"`` slot or
-        in one marked not ``differentiable``."""
+        :class:`~d5core.api.Operator`, an input in a ``"static"``, ``"index"`` or
+        ``"bool"`` slot or in one marked not ``differentiable``."""
         if super().declares_no_gradient(index):
             return True
         return slot_has_no_gradient(self.slots, index)

@@ -52,6 +52,10 @@ QUANTITIES: dict[str, tuple[Better | None, str]] = {
     "final_test_accuracy": ("higher", _FRACTION),
     "best_test_accuracy": ("higher", _FRACTION),
     "time_to_accuracy": ("lower", _TIME),
+    "validation_perplexity": ("lower", "perplexity"),
+    "final_perplexity": ("lower", "perplexity"),
+    "best_perplexity": ("lower", "perplexity"),
+    "time_to_perplexity": ("lower", _TIME),
     "loss_curve": ("lower", "loss"),
     "numerical_error": ("lower", "1"),
     "determinism": ("lower", "1"),
@@ -94,6 +98,7 @@ QUANTITIES: dict[str, tuple[Better | None, str]] = {
 SUFFIXES: tuple[tuple[str, Better], ...] = (
     ("accuracy", "higher"),
     ("loss", "lower"),
+    ("perplexity", "lower"),
     ("error", "lower"),
     ("latency", "lower"),
     ("time", "lower"),

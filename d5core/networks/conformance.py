@@ -18,6 +18,11 @@ then ``numpy.testing.assert_allclose`` with the case's tolerances (``rtol=1e-3``
 - ``unsupported``: constructing the executor raised a :class:`~d5core.errors.UsageError`
   naming one of the case's operator types (or saying it is unsupported);
 - ``error``: any other exception, or the per-case time limit; the first line is kept.
+
+An executor that hands some nodes to another engine (the numpy executor runs operators
+it has no implementation of with ``onnx.reference``) says so in its ``details()``
+(``"fallback"``: node name -> operator type); each case records the operator types that
+went there, and the report counts the passed cases that needed such a fallback.
 """
 
 from __future__ import annotations
@@ -201,6 +206,8 @@ class CaseResult:
     #: Why it did not pass (one line); empty when it passed.
     message: str = ""
     seconds: float = 0.0
+    #: Operator types the executor ran on a fallback engine (its ``details()``), sorted.
+    fallback: tuple[str, ...] = ()
 
 
 class _CaseTimeout(Exception):
@@ -318,8 +325,13 @@ def run_case(
     op_type = op_type or _case_op_type(case, {}, {})
     start = time.perf_counter()
 
+    executor: Any = None
+
     def result(status: CaseStatus, message: str = "") -> CaseResult:
-        return CaseResult(case.name, op_type, status, message, time.perf_counter() - start)
+        return CaseResult(
+            case.name, op_type, status, message, time.perf_counter() - start,
+            _fallback_ops(executor),
+        )  # fmt: skip
 
     graph = case.model.graph
     try:
@@ -354,6 +366,19 @@ def run_case(
     except Exception as exc:
         return result("error", _first_line(exc))
     return result("passed")
+
+
+def _fallback_ops(executor: Any) -> tuple[str, ...]:
+    """The operator types ``executor`` says it ran on a fallback engine, sorted."""
+    details = getattr(executor, "details", None)
+    if not callable(details):
+        return ()
+    try:
+        found = details().get("fallback") or {}
+    except Exception:  # an executor's report must not break the run
+        return ()
+    values = found.values() if isinstance(found, Mapping) else found
+    return tuple(sorted({str(v) for v in values}))
 
 
 def _check_supported(executor: Any) -> str:
@@ -414,6 +439,11 @@ class ConformanceReport:
         return self.passed / self.total if self.total else 0.0
 
     @property
+    def passed_with_fallback(self) -> int:
+        """Passed cases in which the executor ran some operator on a fallback engine."""
+        return sum(1 for r in self.results if r.status == "passed" and r.fallback)
+
+    @property
     def passing(self) -> list[str]:
         """Names of the cases that passed, sorted."""
         return sorted(r.name for r in self.results if r.status == "passed")
@@ -442,6 +472,7 @@ class ConformanceReport:
             "total": self.total,
             "counts": self.counts,
             "pass_rate": round(self.pass_rate, 4),
+            "passed_with_fallback": self.passed_with_fallback,
             "seconds": round(self.seconds, 2),
             "by_op_type": self.by_op_type(),
             "cases": [asdict(r) for r in self.results],

@@ -21,6 +21,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from d5core.errors import UsageError
 from d5core.networks.network import D5_IR_VERSION, D5_OPSET, Network
+from d5core.networks.zoo_sequence import bert, gpt, lstm, vit
 
 __all__ = [
     "LIGHT_MODELS",
@@ -280,6 +281,11 @@ ZOO: dict[str, Callable[..., onnx.ModelProto]] = {
     "resnet44": resnet44,
     "resnet56": resnet56,
     "vgg": vgg,
+    # sequence models (d5core.networks.zoo_sequence)
+    "bert": bert,
+    "gpt": gpt,
+    "vit": vit,
+    "lstm": lstm,
 }
 
 _LIGHT_DIR = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"

@@ -4,7 +4,9 @@
 executor, optimizer, batch size, ...) and by recipe hash, so runs of different recipes
 never share a row, and summarises each row with one value per run: time to accuracy as
 MLPerf counts it (a run that missed the target is infinitely slow), final test accuracy
-and throughput. Failed and unfinished runs are counted, not summarised. ``d5 results
+and throughput; for language models (runs that store perplexity) also time to
+perplexity and final validation perplexity. Failed and unfinished runs are counted,
+not summarised. ``d5 results
 table`` renders the rows; its ``--json`` prints them (``docs/json.md``).
 """
 
@@ -75,12 +77,36 @@ def _run_values(store: ResultsStore, run: RunRecord) -> dict[str, float | None]:
         "time_to_accuracy": finite("time_to_accuracy"),
         "final_test_accuracy": finite("final_test_accuracy"),
         "throughput": rate,
+        "time_to_perplexity": finite("time_to_perplexity"),
+        "final_perplexity": finite("final_perplexity"),
     }
 
 
-def _has_target(run: RunRecord) -> bool:
+def _has_target(run: RunRecord, key: str = "target_accuracy") -> bool:
     settings = (run.config or {}).get("settings") or {}
-    return settings.get("target_accuracy") is not None
+    return settings.get(key) is not None
+
+
+def _perplexity_cells(
+    runs: list[RunRecord], values: list[dict[str, float | None]]
+) -> dict[str, Any]:
+    """A language model's row: time to perplexity (as time to accuracy) and the final
+    validation perplexity; nothing for rows whose runs have no target perplexity and
+    stored no perplexity."""
+    from d5core.results.summaries import range_of, time_to_accuracy_summary
+
+    ttps = [v["time_to_perplexity"] for v in values]
+    ppls = [v["final_perplexity"] for v in values if v["final_perplexity"] is not None]
+    with_target = any(_has_target(r, "target_perplexity") for r in runs)
+    if not with_target and not ppls:
+        return {}
+    return {
+        "reached_target_perplexity": sum(1 for t in ttps if t is not None),
+        "time_to_perplexity": _json_safe(time_to_accuracy_summary(ttps))
+        if with_target and ttps
+        else None,
+        "final_perplexity": range_of(ppls) if ppls else None,
+    }
 
 
 def _table_row(
@@ -115,6 +141,7 @@ def _table_row(
         else None,
         "final_test_accuracy": range_of(accs) if accs else None,
         "throughput": across_runs(rates) if rates else None,
+        **_perplexity_cells(summarised, values),
     }
 
 

@@ -33,6 +33,8 @@ __all__ = [
     "bench_networks",
     "check_trains",
     "executor_by_name",
+    "fallback_nodes",
+    "fallback_note",
     "feeds_nbytes",
     "layer_breakdown",
     "load_model",
@@ -71,6 +73,29 @@ def executor_by_name(
     if not isinstance(executor, GraphExecutor):
         raise UsageError(f"graph executor {name!r} is not a GraphExecutor; fix its plugin")
     return executor
+
+
+def fallback_nodes(executor: Any) -> dict[str, str]:
+    """The nodes ``executor`` ran on a fallback engine, by its ``details()``: node name
+    -> operator type (empty when none, or when the executor does not say)."""
+    details = getattr(executor, "details", None)
+    try:
+        found = details().get("fallback") if callable(details) else None
+    except Exception:  # a report must not break the run
+        return {}
+    return {str(k): str(v) for k, v in found.items()} if isinstance(found, Mapping) else {}
+
+
+def fallback_note(name: str, executor: Any) -> str:
+    """One line saying which operators ``executor`` (called ``name``) ran on its
+    fallback engine (forward only); empty when none."""
+    nodes = fallback_nodes(executor)
+    if not nodes:
+        return ""
+    details: Mapping[str, Any] = getattr(executor, "details", dict)()
+    engine = str(details.get("fallback_engine") or "a fallback engine")
+    ops = ", ".join(sorted(set(nodes.values())))
+    return f"the {name} executor ran {len(nodes)} node(s) on {engine} (forward only): {ops}"
 
 
 def with_loss(network: Network) -> tuple[Network, str]:
@@ -128,6 +153,30 @@ def _label_classes(network: Network, name: str) -> int | None:
     return None
 
 
+#: Model metadata key prefix: ``d5.input_high.<input>`` is that integer input's bound.
+_INPUT_HIGH = "d5.input_high."
+
+
+def _input_high(network: Network, name: str) -> int | None:
+    """The exclusive upper bound the model's metadata gives the integer input ``name``.
+
+    :raises UsageError: for an entry that is not a positive integer.
+    """
+    for entry in network.model.metadata_props:
+        if entry.key == f"{_INPUT_HIGH}{name}":
+            try:
+                high = int(entry.value)
+            except ValueError:
+                high = 0
+            if high <= 0:
+                raise UsageError(
+                    f"model metadata {entry.key}={entry.value!r} must be a positive integer "
+                    f"(the exclusive bound of input {name!r}); fix the model"
+                )
+            return high
+    return None
+
+
 def _feed_shapes(network: Network, batch: int) -> dict[str, tuple[int, ...]]:
     shapes: dict[str, tuple[int, ...]] = {}
     for info in network.inputs:
@@ -161,8 +210,10 @@ def feeds_nbytes(network: Network, batch: int) -> int:
 def make_feeds(network: Network, batch: int, seed: int = 0) -> dict[str, np.ndarray]:
     """Seeded inputs for every graph input; the first (symbolic) dimension is ``batch``.
 
-    Float inputs are standard normal. An integer input holds class indices below the
-    number of classes on axis 1 of the scores of the loss that reads it (as
+    Float inputs are standard normal. An integer input holds values in ``[0, high)``:
+    ``high`` is the model's metadata entry ``d5.input_high.<input name>`` when it has one
+    (token ids below the vocabulary: the zoo's sequence models write it), else the number
+    of classes on axis 1 of the scores of the loss that reads it (as
     ``SoftmaxCrossEntropyLoss`` reads them), else of the first output.
 
     :raises UsageError: for an unknown dimension other than the batch, or feeds larger
@@ -181,7 +232,7 @@ def make_feeds(network: Network, batch: int, seed: int = 0) -> dict[str, np.ndar
     for info in network.inputs:
         shape = shapes[info.name]
         if np.issubdtype(np.dtype(info.dtype), np.integer):
-            high = _label_classes(network, info.name) or 2
+            high = _input_high(network, info.name) or _label_classes(network, info.name) or 2
             feeds[info.name] = rng.integers(0, high, shape, dtype=np.dtype(info.dtype))
         else:
             feeds[info.name] = rng.standard_normal(shape).astype(info.dtype)
@@ -213,6 +264,9 @@ class NetworkValidation:
     outputs: list[Any] = field(default_factory=list)
     gradients: list[Any] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    #: Nodes an executor ran on a fallback engine (its ``details()``): executor name ->
+    #: {node name: operator type}; only executors that had some.
+    fallback: dict[str, dict[str, str]] = field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
@@ -237,6 +291,7 @@ class NetworkValidation:
             "outputs": [c.to_json() for c in self.outputs],
             "gradients": [c.to_json() for c in self.gradients],
             "notes": self.notes,
+            "fallback": self.fallback,
             "failures": self.failures(),
         }
 
@@ -271,9 +326,15 @@ def validate_network(
     feeds = make_feeds(network, batch, seed)
     result = NetworkValidation(model, executor, samples_in(network, feeds), against)
     names = [o.name for o in network.outputs]
-    ref_outputs = executor_by_name(against, network, manager).inference(feeds)
+    ref_executor = executor_by_name(against, network, manager)
+    ref_outputs = ref_executor.inference(feeds)
     candidate = executor_by_name(executor, network, manager)
     actual = candidate.inference(feeds)
+    for name, ran in ((against, ref_executor), (executor, candidate)):
+        nodes = fallback_nodes(ran)
+        if nodes and name not in result.fallback:
+            result.fallback[name] = nodes
+            result.notes.append(fallback_note(name, ran))
     result.outputs = compare_outputs(
         [actual[n] for n in names], [ref_outputs[n] for n in names], tolerances=tolerances,
         names=names,
@@ -505,6 +566,9 @@ class NetworkTiming:
     batch: int
     measurement: Any
     per_node: Breakdown | None = None
+    #: Nodes the executor ran on a fallback engine (node name -> operator type), when
+    #: known (``--breakdown`` builds the executor in this process and asks it).
+    fallback: dict[str, str] = field(default_factory=dict)
 
     @property
     def breakdown(self) -> list[dict[str, Any]]:
@@ -533,6 +597,7 @@ class NetworkTiming:
             "breakdown": self.breakdown,
             "breakdown_sum": self.per_node.node_sum if self.per_node else None,
             "breakdown_note": self.per_node.note if self.per_node else "",
+            "fallback": self.fallback,
         }
 
 

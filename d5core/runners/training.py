@@ -108,6 +108,7 @@ def metric_values(result: Any, selected: Iterable[str] = ()) -> dict[str, float 
         "final_test_accuracy": result.final_test_accuracy,
         "best_test_accuracy": result.best_test_accuracy,
         "time_to_accuracy": result.time_to_accuracy,
+        **_perplexity_figures(result),
         "training_accuracy": float(training) if isinstance(training, int | float) else None,
         "final_loss": final_loss,
         "throughput": result.throughput.get("samples_per_s"),
@@ -116,6 +117,19 @@ def metric_values(result: Any, selected: Iterable[str] = ()) -> dict[str, float 
         "epochs": float(result.epochs),
     }
     return {**figures, **{name: value_of(result.metrics.get(name)) for name in selected}}
+
+
+def _perplexity_figures(result: Any) -> dict[str, float | None]:
+    """A language model's figures (final and best perplexity, time to perplexity), for a
+    run whose test passes reported perplexity; none for other runs."""
+    curve = getattr(result, "test_curve", [])
+    if not any("perplexity" in p for p in curve):
+        return {}
+    return {
+        "final_perplexity": getattr(result, "final_perplexity", None),
+        "best_perplexity": getattr(result, "best_perplexity", None),
+        "time_to_perplexity": getattr(result, "time_to_perplexity", None),
+    }
 
 
 def _record_selected(store: Any, run_id: str, run: TrainedRun) -> dict[str, Any]:
@@ -161,6 +175,23 @@ def repeat_summary(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         summary["final_test_accuracy"] = {
             k: v for k, v in range_of(accs).items() if k in ("median", "min", "max")
         }
+    if any("final_perplexity" in r["metrics"] for r in rows):  # language models
+        ttps = [r["metrics"].get("time_to_perplexity") for r in rows]
+        ttp = time_to_accuracy_summary([t if isinstance(t, int | float) else None for t in ttps])
+        summary["reached_target_perplexity"] = ttp["reached"]
+        summary["time_to_perplexity_olympic_mean"] = ttp["olympic_mean"]
+        summary["time_to_perplexity"] = {
+            k: _finite(ttp[k]) for k in ("median", "ci_low", "ci_high")
+        }
+        ppls = [
+            float(p)
+            for p in (r["metrics"].get("final_perplexity") for r in rows)
+            if isinstance(p, int | float)
+        ]
+        if ppls:
+            summary["final_perplexity"] = {
+                k: v for k, v in range_of(ppls).items() if k in ("median", "min", "max")
+            }
     return summary
 
 

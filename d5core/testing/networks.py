@@ -15,17 +15,20 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from d5core.levels.networks import GraphExecutor
 from d5core.networks.network import Network
 from d5core.networks.zoo import LIGHT_MODELS as _LIGHT_PATHS
 from d5core.networks.zoo import light_inputs
 
 __all__ = [
+    "assert_gradients_match_central_differences",
     "assert_matches_light_output",
     "cnn",
     "feeds_for",
     "float64_model",
     "legacy",
     "light",
+    "loss_over_outputs",
     "mlp",
 ]
 
@@ -218,3 +221,66 @@ def assert_matches_light_output(
 def float64_model(model: onnx.ModelProto) -> onnx.ModelProto:
     """A copy of ``model`` whose float32 initializers and values are float64."""
     return Network(model, check=False).as_float64().model
+
+
+def loss_over_outputs(
+    outputs: Sequence[str], shapes: Sequence[tuple[int, ...]], rng: np.random.Generator
+) -> tuple[list[onnx.NodeProto], str]:
+    """Nodes computing ``sum_k sum(c_k * output_k)`` with random constants ``c_k`` of each
+    output's shape (float64), so every element of every output gets its own cotangent;
+    and the name of the scalar they compute (``"loss"``)."""
+    nodes, terms = [], []
+    for k, (name, shape) in enumerate(zip(outputs, shapes, strict=True)):
+        coef = numpy_helper.from_array(rng.standard_normal(shape), f"coef{k}")
+        nodes += [
+            helper.make_node("Constant", [], [f"c{k}"], value=coef),
+            helper.make_node("Mul", [name, f"c{k}"], [f"m{k}"]),
+            helper.make_node("ReduceSum", [f"m{k}"], [f"s{k}"], keepdims=0),
+        ]
+        terms.append(f"s{k}")
+    nodes.append(helper.make_node("Sum", terms, ["loss"]))
+    return nodes, "loss"
+
+
+def _central_differences(
+    executor: GraphExecutor, feeds: dict[str, np.ndarray], name: str, loss: str, eps: float
+) -> np.ndarray:
+    """d loss / d parameter ``name``, element by element, by central differences."""
+    base = executor.get_parameters()[name]
+    grad = np.zeros_like(base)
+    for i in np.ndindex(base.shape):
+        values = []
+        for step in (eps, -eps):
+            p = base.copy()
+            p[i] += step
+            executor.set_parameters({name: p})
+            values.append(float(executor.inference(feeds)[loss]))
+        grad[i] = (values[0] - values[1]) / (2 * eps)
+    executor.set_parameters({name: base})
+    return grad
+
+
+def assert_gradients_match_central_differences(
+    executor: GraphExecutor,
+    feeds: dict[str, np.ndarray],
+    loss: str = "loss",
+    *,
+    eps: float = 1e-6,
+    rtol: float = 1e-6,
+    atol: float = 1e-7,
+) -> dict[str, np.ndarray]:
+    """Backprop ``loss`` through a float64 ``executor`` (a d5 ``GraphExecutor``) and
+    check the gradient of every trainable parameter, element by element, against
+    central differences of its inference; return the gradients. For tiny networks only:
+    it runs two inferences per parameter element."""
+    _, grads = executor.inference_and_backprop(feeds, loss)
+    assert grads and set(grads) == set(executor.network.trainable)
+    for name, g in grads.items():
+        np.testing.assert_allclose(
+            g,
+            _central_differences(executor, feeds, name, loss, eps),
+            rtol=rtol,
+            atol=atol,
+            err_msg=name,
+        )
+    return grads

@@ -45,6 +45,7 @@ from d5core.validate import Tolerances, validate_operator
 
 __all__ = [
     "AUTO_PADS",
+    "CORE_OPERATORS",
     "PROPERTIES",
     "Extents",
     "OperatorAgreementTests",
@@ -222,7 +223,8 @@ def assert_agrees_with_reference(
 ) -> None:
     """Validate ``backend``'s ``op_type`` against the reference's on ``inputs`` (floating
     ones cast to ``dtype``): the outputs and the backward must agree, and at least one
-    gradient must have been both compared with the reference and checked numerically.
+    gradient must have been both compared with the reference and checked numerically
+    (unless the reference declares that no floating input has a gradient).
     ``kwargs`` go to :func:`~d5core.validate.validate_operator`."""
     arrays = _as_dtype(inputs, dtype)
     descriptors = [TensorDescriptor.of(a) for a in arrays]
@@ -232,6 +234,9 @@ def assert_agrees_with_reference(
     problem = f"{op_type} {dict(attributes)} on {[a.shape for a in arrays]} ({dtype})"
     assert report.passed, f"{backend.name} {problem}: " + "; ".join(report.failures())
     assert report.outputs, f"{backend.name} {problem}: no output was compared"
+    floating = [i for i, a in enumerate(arrays) if a.dtype.kind == "f"]
+    if not expected.differentiable or all(expected.declares_no_gradient(i) for i in floating):
+        return  # nothing has a gradient (ConstantOfShape, a comparison, a cast to ints)
     compared = [g for g in report.gradients if g.method == "reference" and not g.skipped]
     checked = [g for g in report.gradients if g.method != "reference" and not g.skipped]
     assert compared and checked, f"{backend.name} {problem}: no gradient was compared or checked"
@@ -304,8 +309,39 @@ PROPERTIES: Mapping[str, str] = MappingProxyType(
         "Identity": "draw_identity",
         "SoftmaxCrossEntropyLoss": "draw_softmax_cross_entropy_loss",
         "MeanSquaredError": "draw_mean_squared_error",
+        "LSTM": "draw_lstm",
+        "GRU": "draw_gru",
+        # -- transformer operators --
+        "Gather": "draw_gather",
+        "GatherElements": "draw_gather_elements",
+        "Slice": "draw_slice",
+        "Shape": "draw_shape",
+        "ConstantOfShape": "draw_constant_of_shape",
+        "Expand": "draw_expand",
+        "Where": "draw_where",
+        **dict.fromkeys(("Equal", "Less", "Greater"), "draw_comparison"),
+        "Cast": "draw_cast",
+        "Pow": "draw_pow",
+        **dict.fromkeys(("Sqrt", "Erf", "Exp", "Log", "Gelu"), "draw_elementary"),
+        **dict.fromkeys(("ReduceMean", "ReduceSum", "ReduceMax"), "draw_reduce"),
+        "LayerNormalization": "draw_layer_normalization",
+        "Split": "draw_split",
+        "Trilu": "draw_trilu",
     }
 )
+
+#: The operators every backend that does not list its own (``operators = None``) must
+#: offer: those of the first reference. The operators added since (recurrent layers,
+#: the transformer operators) are tested where a backend offers them.
+CORE_OPERATORS: frozenset[str] = frozenset(
+    {
+        "Gemm", "MatMul", "Conv", "ConvTranspose", "MaxPool", "AveragePool",
+        "GlobalAveragePool", "Relu", "LeakyRelu", "Sigmoid", "Tanh", "Softmax", "LogSoftmax",
+        "BatchNormalization", "Dropout", "Add", "Sub", "Mul", "Div", "Sum", "Reshape",
+        "Flatten", "Transpose", "Concat", "Squeeze", "Unsqueeze", "Identity",
+        "SoftmaxCrossEntropyLoss", "MeanSquaredError",
+    }
+)  # fmt: skip
 
 
 class OperatorAgreementTests:
@@ -314,7 +350,8 @@ class OperatorAgreementTests:
 
     #: The backend under test (an instance).
     backend: ClassVar[OperatorBackend]
-    #: The operators it offers; ``None``: every operator of the reference.
+    #: The operators under test; ``None``: every operator the backend offers, which must
+    #: include :data:`CORE_OPERATORS`.
     operators: ClassVar[Collection[str] | None] = None
     #: The dtypes every property and fixed case runs in.
     dtypes: ClassVar[Sequence[str]] = ("float32", "float64")
@@ -352,7 +389,12 @@ class OperatorAgreementTests:
     @classmethod
     def operator_types(cls) -> list[str]:
         """The operators under test, in the order of :data:`PROPERTIES`."""
-        offered = set(PROPERTIES) if cls.operators is None else set(cls.operators)
+        if cls.operators is not None:
+            offered = set(cls.operators)
+        elif getattr(cls, "backend", None) is not None:
+            offered = set(cls.backend.supported())
+        else:  # a base class that names no backend yet
+            offered = set(PROPERTIES)
         return [op for op in PROPERTIES if op in offered] + sorted(offered - set(PROPERTIES))
 
     def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
@@ -681,6 +723,234 @@ class OperatorAgreementTests:
         rng = rng_of(data)
         return {"reduction": reduction}, [normal(rng, shape), normal(rng, shape)]
 
+    def draw_recurrent(self, data: st.DataObject, op_type: str) -> Problem:
+        """LSTM or GRU: each direction and layout, 3 to all inputs (lengths from 0 to
+        the sequence's, initial states, peepholes), clip, input_forget or
+        linear_before_reset, and smooth activations other than the defaults."""
+        gates = 4 if op_type == "LSTM" else 3
+        direction = data.draw(st.sampled_from(["forward", "reverse", "bidirectional"]))
+        d = 2 if direction == "bidirectional" else 1
+        layout = int(data.draw(st.booleans()))
+        steps, batch = data.draw(small(3)), data.draw(small(2))
+        size, hidden = data.draw(small(2)), data.draw(small(2))
+        attributes: dict[str, Any] = {"direction": direction, "layout": layout}
+        if data.draw(st.booleans()):
+            attributes["hidden_size"] = hidden
+        if data.draw(st.booleans()):
+            attributes["clip"] = data.draw(st.sampled_from([0.5, 2.0]))
+        flag = "input_forget" if op_type == "LSTM" else "linear_before_reset"
+        attributes[flag] = int(data.draw(st.booleans()))
+        if data.draw(st.booleans()):
+            smooth = ["Sigmoid", "Tanh", "Softsign", "ScaledTanh", "Softplus", "Affine"]
+            count = d * (3 if op_type == "LSTM" else 2)
+            attributes["activations"] = [data.draw(st.sampled_from(smooth)) for _ in range(count)]
+            if data.draw(st.booleans()):
+                attributes["activation_alpha"] = [0.8, 1.2]
+                attributes["activation_beta"] = [0.5]
+        rng = rng_of(data)
+        state = (d, batch, hidden) if layout == 0 else (batch, d, hidden)
+        inputs = [
+            normal(rng, (steps, batch, size) if layout == 0 else (batch, steps, size)),
+            normal(rng, (d, gates * hidden, size)) * 0.7,
+            normal(rng, (d, gates * hidden, hidden)) * 0.7,
+            normal(rng, (d, 2 * gates * hidden)) * 0.5,
+            rng.integers(0, steps + 1, batch).astype(np.int32),
+            normal(rng, state),
+        ]
+        if op_type == "LSTM":
+            inputs += [normal(rng, state), normal(rng, (d, 3 * hidden)) * 0.5]
+        count = data.draw(st.integers(3, len(inputs)))
+        return attributes, inputs[:count]
+
+    def draw_lstm(self, data: st.DataObject, op_type: str) -> Problem:
+        return self.draw_recurrent(data, op_type)
+
+    def draw_gru(self, data: st.DataObject, op_type: str) -> Problem:
+        return self.draw_recurrent(data, op_type)
+
+    # -- transformer operators --------------------------------------------------------
+
+    def draw_gather(self, data: st.DataObject, op_type: str) -> Problem:
+        """Any axis, positive or negative; indices of rank 0 to 2, negative ones too,
+        repeated ones (their gradients add up)."""
+        shape = data.draw(st.lists(small(4), min_size=1, max_size=3))
+        axis = data.draw(st.integers(-len(shape), len(shape) - 1))
+        size = shape[axis]
+        rng = rng_of(data)
+        indices = rng.integers(-size, size, data.draw(st.lists(small(3), max_size=2)))
+        return {"axis": axis}, [normal(rng, shape), indices.astype(np.int64)]
+
+    def draw_gather_elements(self, data: st.DataObject, op_type: str) -> Problem:
+        """Indices of the data's rank, no larger on the other axes."""
+        shape = data.draw(st.lists(small(4), min_size=1, max_size=3))
+        axis = data.draw(st.integers(-len(shape), len(shape) - 1))
+        own = axis % len(shape)
+        index_shape = [
+            data.draw(small(3)) if i == own else data.draw(small(n)) for i, n in enumerate(shape)
+        ]
+        size = shape[axis]
+        rng = rng_of(data)
+        indices = rng.integers(-size, size, index_shape).astype(np.int64)
+        return {"axis": axis}, [normal(rng, shape), indices]
+
+    def draw_slice(self, data: st.DataObject, op_type: str) -> Problem:
+        """Some axes (any order, negative too), starts and ends in and out of range
+        (clamped), steps of either sign; axes and steps left out at times."""
+        shape = data.draw(st.lists(small(5), min_size=1, max_size=3))
+        rank = len(shape)
+        axes = data.draw(st.permutations(list(range(rank))))[: data.draw(st.integers(1, rank))]
+        bounds = st.integers(-7, 7) | st.sampled_from([-(2**31), 2**31 - 1])
+        starts = [data.draw(bounds) for _ in axes]
+        ends = [data.draw(bounds) for _ in axes]
+        steps = [data.draw(st.sampled_from([1, 2, -1, -2])) for _ in axes]
+        signed = [a - rank if data.draw(st.booleans()) else a for a in axes]
+        inputs: list[Any] = [normal(rng_of(data), shape), np.array(starts), np.array(ends)]
+        form = data.draw(st.sampled_from(["all", "axes", "none"]))
+        if form == "none":
+            signed, steps = list(range(len(axes))), [1] * len(axes)
+        elif form == "axes":
+            steps = [1] * len(axes)
+        if form != "none":
+            inputs.append(np.array(signed))
+        if form == "all":
+            inputs.append(np.array(steps))
+        if not self.zero_size_tensors:
+            out = reference_backend().create(
+                "Slice", {}, [TensorDescriptor.of(np.asarray(x)) for x in inputs]
+            )
+            assume(out.forward([np.asarray(x) for x in inputs])[0].size > 0)
+        return {}, [np.asarray(x, dtype=np.int64) if i else x for i, x in enumerate(inputs)]
+
+    def draw_shape(self, data: st.DataObject, op_type: str) -> Problem:
+        shape = data.draw(st.lists(small(3), max_size=4))
+        attributes: dict[str, Any] = {}
+        if data.draw(st.booleans()):
+            attributes["start"] = data.draw(st.integers(-5, 5))
+        if data.draw(st.booleans()):
+            attributes["end"] = data.draw(st.integers(-5, 5))
+        return attributes, [normal(rng_of(data), shape)]
+
+    def draw_constant_of_shape(self, data: st.DataObject, op_type: str) -> Problem:
+        """A shape of rank 0 to 3; the value absent (float32 0), a float or an integer."""
+        low = 0 if self.zero_size_tensors else 1
+        shape = data.draw(st.lists(st.integers(low, 3), max_size=3))
+        value = data.draw(
+            st.sampled_from(
+                [None, np.array([1.5]), np.array([-2.0], np.float32), np.array([3], np.int64)]
+            )
+        )
+        attributes = {} if value is None else {"value": value}
+        return attributes, [np.array(shape, dtype=np.int64)]
+
+    def draw_expand(self, data: st.DataObject, op_type: str) -> Problem:
+        """Input and target shape both broadcast to a common one, in both directions."""
+        full = data.draw(st.lists(small(3), max_size=3))
+        x, target = broadcastable(data, full), broadcastable(data, full)
+        return {}, [normal(rng_of(data), x), np.array(target, dtype=np.int64)]
+
+    def draw_where(self, data: st.DataObject, op_type: str) -> Problem:
+        full = data.draw(st.lists(small(3), max_size=3))
+        shapes = [broadcastable(data, full) for _ in range(3)]
+        rng = rng_of(data)
+        condition = rng.random(shapes[0]) < 0.5
+        return {}, [condition, normal(rng, shapes[1]), normal(rng, shapes[2])]
+
+    def draw_comparison(self, data: st.DataObject, op_type: str) -> Problem:
+        """Equal, Less and Greater on small whole numbers, so that ties occur."""
+        full = data.draw(st.lists(small(3), max_size=3))
+        a, b = broadcastable(data, full), broadcastable(data, full)
+        rng = rng_of(data)
+        return {}, [rng.integers(-2, 3, a).astype(np.float64), rng.integers(-2, 3, b) * 1.0]
+
+    def draw_cast(self, data: st.DataObject, op_type: str) -> Problem:
+        """To DOUBLE (a gradient), or to INT64, INT32 or BOOL (none); zeros included."""
+        shape = data.draw(st.lists(small(4), max_size=3))
+        to = data.draw(st.sampled_from([11, 7, 6, 9]))
+        rng = rng_of(data)
+        x = np.array(normal(rng, shape) * 3)
+        x[rng.random(x.shape) < 0.2] = 0.0
+        return {"to": to}, [x]
+
+    def draw_pow(self, data: st.DataObject, op_type: str) -> Problem:
+        """Positive bases (where the exponent's gradient is defined), exponents of either
+        sign, broadcast either way."""
+        full = data.draw(st.lists(small(3), max_size=3))
+        a, b = broadcastable(data, full), broadcastable(data, full)
+        rng = rng_of(data)
+        return {}, [rng.uniform(0.5, 2.0, a), normal(rng, b)]
+
+    def draw_elementary(self, data: st.DataObject, op_type: str) -> Problem:
+        """Sqrt and Log on positive values, Erf, Exp and Gelu (both forms) on any."""
+        shape = data.draw(st.lists(small(4), max_size=3))
+        rng = rng_of(data)
+        attributes: dict[str, Any] = {}
+        if op_type == "Gelu" and data.draw(st.booleans()):
+            attributes["approximate"] = data.draw(st.sampled_from(["none", "tanh"]))
+        if op_type in ("Sqrt", "Log"):
+            return attributes, [rng.uniform(0.2, 3.0, shape)]
+        return attributes, [normal(rng, shape) * 1.5]
+
+    def draw_reduce(self, data: st.DataObject, op_type: str) -> Problem:
+        """Some axes (negative too) as an input or an attribute, none at all, or an empty
+        list with and without ``noop_with_empty_axes``; ``keepdims`` either way. Values
+        are distinct, so that ReduceMax has no ties."""
+        shape = data.draw(st.lists(small(3), min_size=1, max_size=3))
+        rank = len(shape)
+        attributes: dict[str, Any] = {
+            "keepdims": int(data.draw(st.booleans())),
+            "noop_with_empty_axes": int(data.draw(st.booleans())),
+        }
+        inputs: list[np.ndarray] = [distinct(rng_of(data), shape)]
+        form = data.draw(st.sampled_from(["input", "attribute", "absent", "empty"]))
+        axes = data.draw(st.lists(st.integers(0, rank - 1), min_size=1, unique=True))
+        axes = [a - rank if data.draw(st.booleans()) else a for a in axes]
+        if form == "input":
+            inputs.append(np.array(axes, dtype=np.int64))
+        elif form == "attribute":
+            attributes["axes"] = axes
+        elif form == "empty":
+            inputs.append(np.zeros(0, dtype=np.int64))
+        return attributes, inputs
+
+    def draw_layer_normalization(self, data: st.DataObject, op_type: str) -> Problem:
+        """Any axis; Scale and B of the normalized shape or broadcast to it, B optional;
+        at least two normalized elements."""
+        shape = data.draw(st.lists(small(4), min_size=1, max_size=3))
+        axis = data.draw(st.integers(-len(shape), len(shape) - 1))
+        normalized = shape[axis % len(shape) :]
+        assume(math.prod(normalized) >= 2)
+        rng = rng_of(data)
+        attributes = {"axis": axis, "epsilon": data.draw(st.sampled_from([1e-5, 1e-2]))}
+        inputs = [normal(rng, shape), normal(rng, broadcastable(data, normalized))]
+        if data.draw(st.booleans()):
+            inputs.append(normal(rng, broadcastable(data, normalized)))
+        return attributes, inputs
+
+    def draw_split(self, data: st.DataObject, op_type: str) -> Problem:
+        """Any axis, positive or negative; sizes given as ``split`` (zeros too), or
+        ``num_outputs`` pieces with a smaller (possibly empty) last one."""
+        shape = data.draw(st.lists(small(5), min_size=1, max_size=3))
+        axis = data.draw(st.integers(-len(shape), len(shape) - 1))
+        length = shape[axis]
+        inputs = [normal(rng_of(data), shape)]
+        if data.draw(st.booleans()):
+            count = data.draw(st.integers(1, length))
+            chunk = -(-length // count)
+            assume(length - chunk * (count - 1) >= 0)
+            return {"axis": axis, "num_outputs": count}, inputs
+        cuts = sorted(data.draw(st.lists(st.integers(0, length), max_size=3)))
+        sizes = np.diff([0, *cuts, length])
+        return {"axis": axis}, [*inputs, np.asarray(sizes, dtype=np.int64)]
+
+    def draw_trilu(self, data: st.DataObject, op_type: str) -> Problem:
+        """Upper or lower triangles of matrices and batches of them, with ``k`` left out
+        or of either sign, past the matrix too."""
+        shape = data.draw(st.lists(small(4), min_size=2, max_size=4))
+        inputs = [normal(rng_of(data), shape)]
+        if data.draw(st.booleans()):
+            inputs.append(np.array(data.draw(st.integers(-5, 5)), dtype=np.int64))
+        return {"upper": data.draw(st.sampled_from([0, 1]))}, inputs
+
     # -- tests ----------------------------------------------------------------------
 
     def test_operator_matches_the_reference(self, op_type: str, dtype: str) -> None:
@@ -697,6 +967,8 @@ class OperatorAgreementTests:
         assert set(self.backend.supported()) == set(self.operator_types())
         assert set(self.operator_types()) <= set(PROPERTIES)
         assert set(reference_backend().supported()) == set(PROPERTIES)
+        if self.operators is None:
+            assert set(self.backend.supported()) >= CORE_OPERATORS
 
     def test_max_pool_indices_when_a_begin_pad_and_an_end_crop_cancel(self, dtype: str) -> None:
         """The padded and unpadded widths are equal here; an index taken from a padded
@@ -723,8 +995,7 @@ class OperatorAgreementTests:
 
         offered = self.operator_types()
         assert set(offered) <= set(problems.DEFAULT_PROBLEMS)
-        if self.operators is None:
-            assert set(problems.DEFAULT_PROBLEMS) == set(self.backend.supported())
+        assert set(problems.DEFAULT_PROBLEMS) == set(reference_backend().supported())
         failed = {}
         for op_type in offered:
             result = runner.validate_op(

@@ -34,7 +34,8 @@ def run_metrics(recipe: Any) -> tuple[list[Any], dict[str, Any]]:
     from d5core.metrics.selection import make_metric
     from d5core.training.trainer import default_metrics
 
-    metrics = default_metrics(recipe.settings().get("target_accuracy"))
+    settings = recipe.settings()
+    metrics = default_metrics(settings.get("target_accuracy"), settings.get("target_perplexity"))
     selected: dict[str, Any] = {}
     for name, options in recipe.selected_metrics().items():
         where = (
@@ -157,6 +158,7 @@ class Prepared:
             time_budget_s=s.get("time_budget"),
             target_accuracy=s.get("target_accuracy"),
             patience=s.get("patience"),
+            target_perplexity=s.get("target_perplexity"),
         )
         self.trainer = Trainer(
             executor, loss, optimizer, self.train_set, sampler,

@@ -534,7 +534,8 @@ class RankContext:
 
     #: Reasons to stop, in increasing precedence, as exchanged by :meth:`agree`.
     STOP_REASONS: tuple[str | None, ...] = (
-        None, "target_accuracy", "plateau", "max_steps", "time_budget", "diverged",
+        None, "target_accuracy", "target_perplexity", "plateau", "max_steps", "time_budget",
+        "diverged",
     )  # fmt: skip
 
     def agree(self, reason: str | None) -> str | None:

@@ -65,6 +65,7 @@ PROBLEM_KEYS: dict[str, str] = {
     "loss": "the loss function (cross_entropy)",
     "test_every": '"epoch" or a number of steps',
     "target_accuracy": "test accuracy that ends training and stops time-to-accuracy",
+    "target_perplexity": "validation perplexity that ends training and stops time-to-perplexity",
     "patience": "test passes without improvement before stopping",
 }
 #: Keys a competitor chooses: in MUTABLE, or in FIXED where the recipe freezes them.
@@ -101,6 +102,9 @@ METRIC_NAMES: dict[str, str] = {
     "final_test_accuracy": "accuracy of the last test pass (fraction)",
     "best_test_accuracy": "best test-pass accuracy (fraction)",
     "time_to_accuracy": "seconds until target_accuracy is first reached",
+    "final_perplexity": "validation perplexity of the last test pass (language models)",
+    "best_perplexity": "lowest validation perplexity of any test pass (language models)",
+    "time_to_perplexity": "seconds until target_perplexity is first reached",
     "training_accuracy": "last epoch's accuracy on training batches (fraction)",
     "final_loss": "last training loss",
     "throughput": "training samples per second",
@@ -307,8 +311,14 @@ def _check_settings(name: str, merged: Mapping[str, Any]) -> None:
 
     for key in ("epochs", "max_steps", "batch_size", "eval_batch_size", "patience"):
         number(key, integer=True)
-    for key in ("lr", "time_budget", "target_accuracy"):
+    for key in ("lr", "time_budget", "target_accuracy", "target_perplexity"):
         number(key)
+    goal = merged.get("target_perplexity")
+    if goal is not None and goal <= 1:
+        raise UsageError(
+            f"recipe {name}: target_perplexity must be above 1 (a perfect model scores 1), "
+            f"got {goal!r}"
+        )
     target = merged.get("target_accuracy")
     if target is not None and target > 1:
         raise UsageError(
@@ -568,6 +578,8 @@ def load_recipe(path: str | Path) -> Recipe:
     checked = _check_metrics(name, metrics)
     if "time_to_accuracy" in checked and "target_accuracy" not in fixed:
         raise UsageError(f"recipe {name}: time_to_accuracy needs target_accuracy in FIXED")
+    if "time_to_perplexity" in checked and "target_perplexity" not in fixed:
+        raise UsageError(f"recipe {name}: time_to_perplexity needs target_perplexity in FIXED")
     try:
         digest = sections_hash(fixed, mutable, checked)
     except UsageError as exc:

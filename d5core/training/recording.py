@@ -23,18 +23,25 @@ SERIES: tuple[tuple[str, str, str, bool], ...] = (
     ("step_time", "step_times_s", "s", False),
     ("throughput", "throughput_samples_s", "samples/s", True),
     ("test_accuracy", "test_curve", "fraction", False),
+    ("validation_perplexity", "test_curve", "perplexity", False),
 )
+#: The key each test-curve series reads from a test pass; a series whose key a pass
+#: lacks stores nothing for it (perplexity: language models only).
+_CURVE_KEYS = {"test_accuracy": "accuracy", "validation_perplexity": "perplexity"}
 #: Units of the scalar metrics :meth:`RunRecorder.finish` stores (others have none).
 METRIC_UNITS: dict[str, str] = {
     "time_to_accuracy": "s",
+    "time_to_perplexity": "s",
+    "final_perplexity": "perplexity",
+    "best_perplexity": "perplexity",
     "throughput": "samples/s",
     "wall_time": "s",
 }
 
 
-def _value(item: Any) -> float:
-    """A curve entry as a number: a test pass gives its accuracy."""
-    return float(item["accuracy"]) if isinstance(item, Mapping) else float(item)
+def _value(item: Any, key: str = "accuracy") -> float:
+    """A curve entry as a number: a test pass gives its ``key`` (accuracy by default)."""
+    return float(item[key]) if isinstance(item, Mapping) else float(item)
 
 
 def _summary(values: Sequence[float]) -> Any:
@@ -87,7 +94,12 @@ class RunRecorder:
 
     def _new(self, name: str, attr: str, finite: bool, curves: Any) -> list[float]:
         items = getattr(curves, attr)
-        fresh = [_value(v) for v in items[self._taken[name] :]]
+        key = _CURVE_KEYS.get(name, "accuracy")
+        fresh = [
+            _value(v, key)
+            for v in items[self._taken[name] :]
+            if not isinstance(v, Mapping) or key in v
+        ]
         self._taken[name] = len(items)
         return [v for v in fresh if math.isfinite(v)] if finite else fresh
 

@@ -21,6 +21,14 @@ optimizer is bound to the executor's live tensors and each step stays in the fra
 of training on its device, read once per epoch: the end of ``train.epoch`` carries the
 epoch's ``correct`` and ``count`` instead of each ``train.step``.
 
+Labels may be class indices ``(N,)`` or, for sequence models (language models), one
+class index per position ``(N, d1, ...)`` with scores ``(N, C, d1, ...)``, the layout
+ONNX ``SoftmaxCrossEntropyLoss`` reads: predictions are the argmax over axis 1, and a
+*sample* is then one predicted position (a token), so ``count``, ``samples`` and
+throughput count positions. Test passes over sequence labels, and every run with a
+target perplexity, also carry ``perplexity`` (the exponential of the mean per-position
+cross-entropy), which the perplexity metrics (:mod:`d5core.metrics.perplexity`) read.
+
 The run's clock (``run.start``, time to accuracy, wall time, time budget) starts at the
 first touch of data, as MLPerf's does. A caller that loads the data before it can build
 the trainer starts a :class:`RunClock` before loading and hands it over (``clock=``).
@@ -96,6 +104,8 @@ class StopConditions:
     :param max_steps: optimisation steps at most, or ``None``.
     :param time_budget_s: wall-clock seconds at most (checked after each step), or ``None``.
     :param target_accuracy: stop at the first test pass reaching it, or ``None``.
+    :param target_perplexity: stop at the first test pass whose perplexity is at most
+        this, or ``None``.
     :param patience: stop after this many test passes without a better accuracy, or ``None``.
     """
 
@@ -104,6 +114,7 @@ class StopConditions:
     time_budget_s: float | None = None
     target_accuracy: float | None = None
     patience: int | None = None
+    target_perplexity: float | None = None
 
     def __post_init__(self) -> None:
         if self.max_epochs < 1:
@@ -114,6 +125,11 @@ class StopConditions:
             raise UsageError(f"time_budget must be positive, got {self.time_budget_s}")
         if self.patience is not None and self.patience < 1:
             raise UsageError(f"patience must be at least 1, got {self.patience}")
+        if self.target_perplexity is not None and not self.target_perplexity > 1:
+            raise UsageError(
+                f"target_perplexity must be above 1 (a perfect model scores 1), "
+                f"got {self.target_perplexity}"
+            )
 
 
 @dataclass
@@ -144,6 +160,11 @@ class TrainingResult:
     metrics: dict[str, Any] = field(default_factory=dict)
     #: ``"native"`` (framework tensors, bound optimizer) or ``"numpy"`` (numpy arrays).
     optimizer_path: str = NUMPY
+    #: Perplexity of the last and of the best test pass, and seconds until the target
+    #: perplexity was first reached (``None``: not measured, or not reached).
+    final_perplexity: float | None = None
+    best_perplexity: float | None = None
+    time_to_perplexity: float | None = None
 
 
 @dataclass
@@ -184,9 +205,10 @@ class RunClock:
         *,
         bus: MetricBus | None = None,
         metrics: Iterable[Any] | None = None,
+        target_perplexity: float | None = None,
     ) -> RunClock:
         """Attach ``metrics`` (default :func:`default_metrics`) and publish ``run.start``."""
-        chosen = default_metrics(target_accuracy) if metrics is None else metrics
+        chosen = default_metrics(target_accuracy, target_perplexity) if metrics is None else metrics
         clock = cls(bus if bus is not None else MetricBus(), chosen)
         clock.begin()
         return clock
@@ -213,8 +235,12 @@ class RunClock:
             self.started = False
 
 
-def default_metrics(target: float | None) -> list[Any]:
-    """The training metrics every run measures, loaded from the ``d5.metrics`` group."""
+def default_metrics(target: float | None, target_perplexity: float | None = None) -> list[Any]:
+    """The training metrics every run measures, loaded from the ``d5.metrics`` group.
+
+    With ``target_perplexity`` (a language model's run) the perplexity metrics
+    ``validation_perplexity``, ``final_perplexity`` and ``time_to_perplexity`` too.
+    """
     from d5core.plugins import get_plugin_manager
 
     manager = get_plugin_manager()
@@ -223,6 +249,10 @@ def default_metrics(target: float | None) -> list[Any]:
         out.append(manager.load("d5.metrics", name)())
     out.append(manager.load("d5.metrics", "time_to_accuracy")(target=target))
     out.append(manager.load("d5.metrics", "throughput")(event=TRAIN_STEP))
+    if target_perplexity is not None:
+        for name in ("validation_perplexity", "final_perplexity"):
+            out.append(manager.load("d5.metrics", name)())
+        out.append(manager.load("d5.metrics", "time_to_perplexity")(target=target_perplexity))
     return out
 
 
@@ -254,12 +284,20 @@ def native_capable(executor: Any, optimizer: Any) -> bool:
 
 
 def _count_correct(logits: Any, labels: Any) -> int:
-    """Correct predictions of a step, in the framework's tensors when they have torch's
+    """Correct predictions of a step (argmax over the class axis 1 of scores
+    ``(N, C, ...)``), in the framework's tensors when they have torch's
     ``argmax``/``sum``/``item``, else through numpy (one host sync either way)."""
     try:
-        return int((logits.argmax(-1) == labels).sum().item())
+        return int((logits.argmax(1) == labels).sum().item())
     except AttributeError:
-        return int(np.sum(np.argmax(_on_host(logits), axis=-1) == _on_host(labels)))
+        return int(np.sum(np.argmax(_on_host(logits), axis=1) == _on_host(labels)))
+
+
+def _perplexity(loss: float) -> float:
+    """``exp(loss)``, ``inf`` where it overflows."""
+    from d5core.metrics.perplexity import perplexity_of_loss
+
+    return perplexity_of_loss(loss)
 
 
 def _on_host(value: Any) -> np.ndarray:
@@ -267,6 +305,19 @@ def _on_host(value: Any) -> np.ndarray:
     one (MXNet's NDArray, which numpy cannot read directly), else ``np.asarray``."""
     to_numpy = getattr(value, "asnumpy", None)
     return np.asarray(to_numpy() if callable(to_numpy) else value)
+
+
+def _sequence_labels(dataset: Any) -> bool:
+    """Whether ``dataset`` labels each example with more than one class index (one per
+    position: ``(N, d1, ...)``), from its first example; ``False`` for an empty one."""
+    try:
+        size = len(dataset)
+    except TypeError:
+        return False
+    if size == 0:
+        return False
+    _, y = dataset.batch(np.arange(1))
+    return bool(np.ndim(y) > 1)
 
 
 def _first_input(executor: Any) -> str:
@@ -394,6 +445,10 @@ class Trainer:
         self.input = _first_input(executor)
         self.params: dict[str, np.ndarray] = {}
         self._rng = np.random.default_rng(seed)
+        #: Whether labels hold one class per position, ``(N, d1, ...)`` (sequence models).
+        self.sequence_labels = _sequence_labels(train_set)
+        #: Whether test passes report perplexity.
+        self.reports_perplexity = self.sequence_labels or self.stop.target_perplexity is not None
         capable = native_capable(executor, optimizer) and modifiers is None
         if native and not capable:
             raise UsageError(
@@ -427,7 +482,7 @@ class Trainer:
             return self._native_step(indices, step, epoch)
         x, y = self.train_set.batch(np.asarray(indices))
         x = self._transform(x)
-        n = len(y)
+        n = int(np.size(y))  # examples, or positions for sequence labels
         feeds = {self.input: x, "labels": np.asarray(y, dtype=np.int64)}
         unpublished = self._unpublished
         t0 = time.perf_counter()
@@ -454,7 +509,7 @@ class Trainer:
             lr = float(self.optimizer.lr)
             outputs, grads = self.executor.inference_and_backprop(feeds, self.loss)
             loss = float(np.asarray(outputs[self.loss]).reshape(-1)[0])
-            correct = int(np.sum(np.argmax(outputs[self.logits], axis=-1) == y))
+            correct = int(np.sum(np.argmax(outputs[self.logits], axis=1) == y))
             if math.isfinite(loss):
                 if not self.params:
                     current = self.executor.get_parameters()
@@ -474,7 +529,8 @@ class Trainer:
         self.optimizer.bind(executor)  # type: ignore[attr-defined]
         self._bound = True
         make = getattr(executor, "native_correct_counter", None)
-        self._counter = make() if callable(make) else None
+        # device counters compare argmax(-1) with labels (N,): not sequence labels
+        self._counter = make() if callable(make) and not self.sequence_labels else None
         apply = getattr(executor, "apply_running_stats", None)
         self._apply_stats = apply if callable(apply) else None
 
@@ -490,7 +546,7 @@ class Trainer:
         x, y = self.train_set.batch(np.asarray(indices))
         if self.transforms is not None:
             x = self._transform(x)
-        n = len(y)
+        n = int(np.size(y))  # examples, or positions for sequence labels
         if not self._bound:
             self._bind()
         unpublished = self._unpublished
@@ -611,14 +667,22 @@ class Trainer:
                 x, y = self.test_set.batch(idx)
                 y = np.asarray(y, dtype=np.int64)
                 out = self.executor.inference({self.input: x, "labels": y})
-                correct += int(np.sum(np.argmax(out[self.logits], axis=-1) == y))
-                total += len(y)
-                if self.loss in out:
-                    loss_sum += float(np.asarray(out[self.loss]).reshape(-1)[0]) * len(y)
+                correct += int(np.sum(np.argmax(out[self.logits], axis=1) == y))
+                total += y.size
+                if self.loss in out:  # the mean over the batch's examples or positions
+                    loss_sum += float(np.asarray(out[self.loss]).reshape(-1)[0]) * y.size
             accuracy = correct / total if total else 0.0
             loss = loss_sum / total if total else math.nan
-            sp.set(accuracy=accuracy, correct=correct, count=total, loss=loss)
-        return {"step": step, "epoch": epoch, "accuracy": accuracy, "loss": loss, "count": total}
+            extra = {"perplexity": _perplexity(loss)} if self.reports_perplexity else {}
+            sp.set(accuracy=accuracy, correct=correct, count=total, loss=loss, **extra)
+        return {
+            "step": step,
+            "epoch": epoch,
+            "accuracy": accuracy,
+            "loss": loss,
+            "count": total,
+            **extra,
+        }
 
     # -- the loop ---------------------------------------------------------------------
 
@@ -645,14 +709,16 @@ class Trainer:
         tests = self.curves.test_curve
         status, reason = COMPLETE, "max_epochs"
         best: float | None = None
+        best_ppl: float | None = None
         since_best = 0
         reached_at: float | None = None
+        ppl_reached_at: float | None = None
         diverged_at: dict[str, int] | None = None
         step = samples = epochs_done = 0
         bar = _ProgressBar(self.progress, stop.max_epochs)
 
         def test(epoch: int) -> str | None:
-            nonlocal best, since_best, reached_at
+            nonlocal best, best_ppl, since_best, reached_at, ppl_reached_at
             self._deliver_steps()  # the steps before the test pass come before it
             result = self.evaluate(step, epoch)
             tests.append(result)
@@ -663,11 +729,19 @@ class Trainer:
                 best, since_best = acc, 0
             else:
                 since_best += 1
+            ppl = result.get("perplexity")
+            if ppl is not None and not math.isnan(ppl):
+                best_ppl = ppl if best_ppl is None else min(best_ppl, ppl)
             target = stop.target_accuracy
             if target is not None and acc >= target:
                 if reached_at is None:
                     reached_at = time.perf_counter() - t_start
                 return "target_accuracy"
+            goal = stop.target_perplexity
+            if goal is not None and ppl is not None and ppl <= goal:
+                if ppl_reached_at is None:
+                    ppl_reached_at = time.perf_counter() - t_start
+                return "target_perplexity"
             if stop.patience is not None and since_best >= stop.patience:
                 return "plateau"
             return None
@@ -737,6 +811,8 @@ class Trainer:
         self.bus.publish(RUN_END, level=_LEVEL, status=status, reason=reason)
         results = {m.name: m.safe_result() for m in self.metrics}
         tta = results.get("time_to_accuracy", {}).get("value")
+        ttp = results.get("time_to_perplexity", {}).get("value")
+        final_ppl = tests[-1].get("perplexity") if tests else None
         total_time = sum(times)
         return TrainingResult(
             status=status,
@@ -760,6 +836,9 @@ class Trainer:
             diverged_at=diverged_at,
             metrics=results,
             optimizer_path=self.optimizer_path,
+            final_perplexity=None if final_ppl is None else float(final_ppl),
+            best_perplexity=best_ppl,
+            time_to_perplexity=float(ttp) if isinstance(ttp, int | float) else ppl_reached_at,
         )
 
 

@@ -1,4 +1,4 @@
-"""The DeepBench training problem sets for GEMM and convolution, as data.
+"""The DeepBench problem sets for GEMM, convolution and recurrent layers, as data.
 
 DeepBench (Baidu Research) measured the kernels that dominate training of speech, vision
 and language models. The shapes are reproduced here as numbers so that d5 runs the same
@@ -7,7 +7,13 @@ problems on any backend; `problems.py` turns them into operator problems.
 
 from __future__ import annotations
 
-__all__ = ["CONV_TRAINING", "GEMM_TRAINING"]
+__all__ = [
+    "CONV_TRAINING",
+    "GEMM_TRAINING",
+    "RNN_INFERENCE_DEVICE",
+    "RNN_INFERENCE_SERVER",
+    "RNN_TRAINING",
+]
 
 #: (m, n, k, transpose_a, transpose_b): C[m, n] = op(A)[m, k] @ op(B)[k, n].
 GEMM_TRAINING: tuple[tuple[int, int, int, int, int], ...] = (
@@ -270,4 +276,100 @@ CONV_TRAINING: tuple[tuple[int, int, int, int, int, int, int, int, int, int, int
     (7, 7, 512, 16, 2048, 1, 1, 0, 0, 1, 1),
     (14, 14, 1024, 16, 2048, 1, 1, 0, 0, 2, 2),
     (7, 7, 2048, 16, 512, 1, 1, 0, 0, 1, 1),
+)
+
+#: (hidden, batch, time_steps, cell), DeepBench's ``rnn_problems.h``: one layer whose
+#: input size equals its hidden size; ``cell`` is ``"vanilla"`` (ONNX ``RNN``, which d5
+#: does not run yet), ``"lstm"`` or ``"gru"``. The training set.
+RNN_TRAINING: tuple[tuple[int, int, int, str], ...] = (
+    (1760, 16, 50, "vanilla"),
+    (1760, 32, 50, "vanilla"),
+    (1760, 64, 50, "vanilla"),
+    (1760, 128, 50, "vanilla"),
+    (2048, 16, 50, "vanilla"),
+    (2048, 32, 50, "vanilla"),
+    (2048, 64, 50, "vanilla"),
+    (2048, 128, 50, "vanilla"),
+    (2560, 16, 50, "vanilla"),
+    (2560, 32, 50, "vanilla"),
+    (2560, 64, 50, "vanilla"),
+    (2560, 128, 50, "vanilla"),
+    (512, 16, 25, "lstm"),
+    (512, 32, 25, "lstm"),
+    (512, 64, 25, "lstm"),
+    (512, 128, 25, "lstm"),
+    (1024, 16, 25, "lstm"),
+    (1024, 32, 25, "lstm"),
+    (1024, 64, 25, "lstm"),
+    (1024, 128, 25, "lstm"),
+    (2048, 16, 25, "lstm"),
+    (2048, 32, 25, "lstm"),
+    (2048, 64, 25, "lstm"),
+    (2048, 128, 25, "lstm"),
+    (4096, 16, 25, "lstm"),
+    (4096, 32, 25, "lstm"),
+    (4096, 64, 25, "lstm"),
+    (4096, 128, 25, "lstm"),
+    (1536, 8, 50, "lstm"),
+    (1536, 16, 50, "lstm"),
+    (1536, 32, 50, "lstm"),
+    (256, 16, 150, "lstm"),
+    (256, 32, 150, "lstm"),
+    (256, 64, 150, "lstm"),
+    (2816, 32, 750, "gru"),
+    (2816, 32, 375, "gru"),
+    (2816, 32, 187, "gru"),
+    (2048, 32, 1500, "gru"),
+    (2048, 32, 750, "gru"),
+    (2048, 32, 375, "gru"),
+    (2048, 32, 187, "gru"),
+    (1536, 32, 1500, "gru"),
+    (1536, 32, 750, "gru"),
+    (1536, 32, 375, "gru"),
+    (1536, 32, 187, "gru"),
+    (2560, 32, 1500, "gru"),
+    (2560, 32, 750, "gru"),
+    (2560, 32, 375, "gru"),
+    (2560, 32, 187, "gru"),
+    (512, 32, 1, "gru"),
+    (1024, 32, 1500, "gru"),
+    (1024, 64, 1500, "gru"),
+)
+
+#: The inference set for servers (same fields as :data:`RNN_TRAINING`).
+RNN_INFERENCE_SERVER: tuple[tuple[int, int, int, str], ...] = (
+    (512, 1, 25, "lstm"),
+    (512, 2, 25, "lstm"),
+    (512, 4, 25, "lstm"),
+    (1024, 1, 25, "lstm"),
+    (1024, 2, 25, "lstm"),
+    (1024, 4, 25, "lstm"),
+    (2048, 1, 25, "lstm"),
+    (2048, 2, 25, "lstm"),
+    (2048, 4, 25, "lstm"),
+    (1536, 1, 50, "lstm"),
+    (1536, 2, 50, "lstm"),
+    (1536, 4, 50, "lstm"),
+    (256, 1, 150, "lstm"),
+    (256, 2, 150, "lstm"),
+    (256, 4, 150, "lstm"),
+    *(
+        (hidden, batch, steps, "gru")
+        for hidden in (2816, 2048, 1536, 2560)
+        for batch in (1, 2, 4)
+        for steps in (1500, 750, 375, 187)
+    ),
+    (512, 1, 1, "gru"),
+    (512, 2, 1, "gru"),
+    (512, 4, 1, "gru"),
+    (1024, 1, 1500, "gru"),
+    (1024, 2, 1500, "gru"),
+    (1024, 4, 1500, "gru"),
+)
+
+#: The inference set for devices (same fields as :data:`RNN_TRAINING`).
+RNN_INFERENCE_DEVICE: tuple[tuple[int, int, int, str], ...] = (
+    (32, 1, 672, "vanilla"),
+    (64, 1, 96, "vanilla"),
+    (256, 1, 150, "lstm"),
 )

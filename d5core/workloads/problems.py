@@ -13,7 +13,12 @@ from typing import Any
 import numpy as np
 
 from d5core.errors import UsageError
-from d5core.workloads.deepbench import CONV_TRAINING, GEMM_TRAINING
+from d5core.workloads.deepbench import (
+    CONV_TRAINING,
+    GEMM_TRAINING,
+    RNN_INFERENCE_SERVER,
+    RNN_TRAINING,
+)
 
 __all__ = [
     "DEFAULT_PROBLEMS",
@@ -26,6 +31,7 @@ __all__ = [
     "dtype_of",
     "gemm_problem",
     "parse_shapes",
+    "rnn_problem",
     "suite",
 ]
 
@@ -35,8 +41,10 @@ class InputSpec:
     """One input of a problem.
 
     ``kind`` is ``"float"`` (standard normal values in the problem's dtype), ``"positive"``
-    (uniform in [0.5, 1.5]), ``"labels"`` (int64 class indices below ``high``) or
-    ``"const"`` (the int64 array ``value``, for shape and axes inputs). An ``optional``
+    (uniform in [0.5, 1.5]), ``"labels"`` (int64 class indices below ``high``),
+    ``"indices"`` (int64 indices in ``[-high, high)``, negative ones counting from the
+    end, for ``Gather``), ``"mask"`` (booleans, true with probability 1/2, for ``Where``)
+    or ``"const"`` (the int64 array ``value``, for shape and axes inputs). An ``optional``
     input (Gemm's C, Conv's B) may be left out when the problem is given by shapes.
     """
 
@@ -61,7 +69,7 @@ class Problem:
     attributes: Mapping[str, Any] = field(default_factory=dict)
     name: str = ""
     #: Floating-point operations of one forward pass; counted from the shapes for
-    #: Gemm, MatMul, Conv and ConvTranspose when not given, else 0 (not counted).
+    #: Gemm, MatMul, Conv, ConvTranspose, LSTM and GRU when not given, else 0 (not counted).
     flops: int = 0
 
     def __post_init__(self) -> None:
@@ -121,6 +129,10 @@ class Problem:
                 arrays.append(rng.uniform(0.5, 1.5, spec.shape).astype(dtype))
             elif spec.kind == "labels":
                 arrays.append(rng.integers(0, spec.high, spec.shape, dtype=np.int64))
+            elif spec.kind == "indices":
+                arrays.append(rng.integers(-spec.high, spec.high, spec.shape, dtype=np.int64))
+            elif spec.kind == "mask":
+                arrays.append(rng.random(spec.shape) < 0.5)
             elif spec.kind == "const":
                 arrays.append(np.asarray(spec.value, dtype=np.int64))
             else:
@@ -181,9 +193,13 @@ def count_flops(op: str, shapes: Sequence[tuple[int, ...]], attributes: Mapping[
     Multiply-adds count two: Gemm ``2mnk`` (C's addition not counted, as DeepBench),
     MatMul ``2mnk`` per broadcast batch, Conv ``2 N K (C/group) prod(kernel)
     prod(output)`` (a direct convolution), ConvTranspose ``2 N C (K/group) prod(kernel)
-    prod(input)``. Other operators, and shapes that do not fit the operator, give 0.
+    prod(input)``, LSTM and GRU ``2 T N D (G H) (I + H)`` (the products with ``W`` and
+    ``R`` at every step, in each of the ``D`` directions; the gate arithmetic is not
+    counted). Other operators, and shapes that do not fit the operator, give 0.
     """
     try:
+        if op in ("LSTM", "GRU") and len(shapes) >= 3:
+            return _recurrent_flops(shapes[0], shapes[1], shapes[2], attributes)
         if op == "Gemm" and len(shapes) >= 2:
             m, n, k = _gemm_dims(shapes[0], shapes[1], attributes)
             return 2 * m * n * k
@@ -236,10 +252,24 @@ def _conv_output(
     ]
 
 
+def _recurrent_flops(
+    x: tuple[int, ...], w: tuple[int, ...], r: tuple[int, ...], attributes: Mapping[str, Any]
+) -> int:
+    """FLOPs of LSTM and GRU: ``X`` ``(T, N, I)`` (``(N, T, I)`` with ``layout=1``) times
+    ``W`` ``(D, G*H, I)``, and the state times ``R`` ``(D, G*H, H)``, at every step."""
+    if len(x) != 3 or len(w) != 3 or len(r) != 3:
+        raise ValueError("LSTM and GRU take X, W and R of rank 3")
+    return 2 * x[0] * x[1] * w[0] * w[1] * (w[2] + r[2])
+
+
 def _output_elements(problem: Problem) -> int:
-    """Elements of the output of Gemm, MatMul and Conv; 0 for other operators."""
+    """Elements of the output of Gemm, MatMul, Conv, LSTM and GRU (``Y``); 0 for other
+    operators."""
     shapes = [spec.shape for spec in problem.inputs]
     try:
+        if problem.op in ("LSTM", "GRU") and len(shapes) >= 3:
+            x, r = shapes[0], shapes[2]
+            return x[0] * x[1] * r[0] * r[2]
         if problem.op == "Gemm" and len(shapes) >= 2:
             m, n, _ = _gemm_dims(shapes[0], shapes[1], problem.attributes)
             return m * n
@@ -316,6 +346,27 @@ def conv_problem(
     )
 
 
+def rnn_problem(hidden: int, batch: int, steps: int, cell: str) -> Problem:
+    """One DeepBench recurrent layer as ONNX ``LSTM`` or ``GRU`` (``cell`` ``"lstm"`` or
+    ``"gru"``): input size equal to the hidden size, one forward direction, biases, zero
+    initial states; arguments in DeepBench's order."""
+    op = {"lstm": "LSTM", "gru": "GRU"}.get(cell)
+    if op is None:
+        raise UsageError(f"no ONNX operator for DeepBench cell {cell!r}; use lstm or gru")
+    gates = 4 if op == "LSTM" else 3
+    return Problem(
+        op,
+        (
+            InputSpec((steps, batch, hidden), name="X"),
+            InputSpec((1, gates * hidden, hidden), name="W"),
+            InputSpec((1, gates * hidden, hidden), name="R"),
+            InputSpec((1, 2 * gates * hidden), name="B", optional=True),
+        ),
+        {"hidden_size": hidden},
+        f"{cell} h={hidden} n={batch} t={steps}",
+    )
+
+
 #: DeepBench training shapes that finish in seconds on two cores, reference included.
 _CPU_SMALL_GEMM = [
     (512, 16, 512, 0, 0),
@@ -341,6 +392,24 @@ SUITES: dict[str, list[Problem]] = {
     "cpu-small-gemm": [gemm_problem(*p) for p in _CPU_SMALL_GEMM],
     "cpu-small-conv": [conv_problem(*p) for p in _CPU_SMALL_CONV],
 }
+#: DeepBench recurrent layers (hidden, batch, steps, cell), the smallest of the training
+#: and inference sets and shorter sequences of their sizes: seconds on two cores,
+#: forward and backward, numpy reference included.
+_CPU_SMALL_RNN = [
+    (256, 16, 25, "lstm"),
+    (256, 4, 50, "lstm"),
+    (512, 16, 5, "lstm"),
+    (512, 32, 1, "gru"),
+    (256, 16, 25, "gru"),
+    (512, 4, 5, "gru"),
+]
+# ONNX RNN (DeepBench's "vanilla" cell) has no implementation in d5 yet: left out.
+SUITES["deepbench-rnn-train"] = [rnn_problem(*p) for p in RNN_TRAINING if p[3] != "vanilla"]
+SUITES["deepbench-rnn-inference"] = [
+    rnn_problem(*p) for p in RNN_INFERENCE_SERVER if p[3] != "vanilla"
+]
+SUITES["deepbench-rnn"] = SUITES["deepbench-rnn-train"] + SUITES["deepbench-rnn-inference"]
+SUITES["cpu-small-rnn"] = [rnn_problem(*p) for p in _CPU_SMALL_RNN]
 SUITES["cpu-small"] = SUITES["cpu-small-gemm"] + SUITES["cpu-small-conv"]
 SUITES["deepbench"] = SUITES["deepbench-gemm"] + SUITES["deepbench-conv"]
 
@@ -401,6 +470,11 @@ def _no_problems_message(name: str, op: str, suites: Mapping[str, list[Problem]]
 
 def _f(*shape: int, name: str = "") -> InputSpec:
     return InputSpec(tuple(shape), name=name)
+
+
+def _const(value: tuple[int, ...], name: str) -> InputSpec:
+    """A 1-D int64 constant input (starts, axes, a shape)."""
+    return InputSpec((len(value),), "const", value=value, name=name)
 
 
 #: A small default problem for every operator of the reference backend, used by
@@ -479,5 +553,77 @@ DEFAULT_PROBLEMS: dict[str, Problem] = {
             (_f(4, 5, name="scores"), InputSpec((4,), "labels", high=5, name="labels")),
         ),
         Problem("MeanSquaredError", (_f(4, 3, name="prediction"), _f(4, 3, name="target"))),
+        # recurrent layers: a bidirectional LSTM (torch's fused kernel), and a GRU with
+        # lengths and an initial state (the step-by-step recurrence)
+        Problem(
+            "LSTM",
+            (
+                _f(4, 2, 3, name="X"),
+                _f(2, 16, 3, name="W"),
+                _f(2, 16, 4, name="R"),
+                InputSpec((2, 32), name="B", optional=True),
+            ),
+            {"direction": "bidirectional", "hidden_size": 4},
+        ),
+        Problem(
+            "GRU",
+            (
+                _f(4, 2, 3, name="X"),
+                _f(1, 12, 3, name="W"),
+                _f(1, 12, 4, name="R"),
+                _f(1, 24, name="B"),
+                _const((4, 2), "sequence_lens"),
+                _f(1, 2, 4, name="initial_h"),
+            ),
+            {"hidden_size": 4},
+        ),
+        # -- transformer operators --
+        Problem(
+            "Gather",
+            (_f(5, 4, name="data"), InputSpec((2, 3), "indices", high=5, name="indices")),
+            {"axis": 0},
+        ),
+        Problem(
+            "GatherElements",
+            (_f(3, 4, name="data"), InputSpec((3, 2), "indices", high=4, name="indices")),
+            {"axis": 1},
+        ),
+        Problem(
+            "Slice",
+            (
+                _f(4, 6, name="data"),
+                _const((1, -1), "starts"),
+                _const((4, -7), "ends"),
+                _const((0, 1), "axes"),
+                _const((1, -2), "steps"),
+            ),
+        ),
+        Problem("Shape", (_f(2, 3, 4, name="data"),), {"start": 1}),
+        Problem("ConstantOfShape", (_const((3, 4), "input"),)),
+        Problem("Expand", (_f(3, 1, name="input"), _const((2, 1, 4), "shape"))),
+        Problem(
+            "Where",
+            (InputSpec((3, 4), "mask", name="condition"), _f(3, 4, name="X"), _f(4, name="Y")),
+        ),
+        Problem("Equal", (_f(3, 4, name="A"), _f(4, name="B"))),
+        Problem("Less", (_f(3, 4, name="A"), _f(4, name="B"))),
+        Problem("Greater", (_f(3, 4, name="A"), _f(4, name="B"))),
+        Problem("Cast", (_f(3, 4, name="input"),), {"to": 11}),  # DOUBLE
+        Problem("Pow", (InputSpec((3, 4), "positive", name="X"), _f(4, name="Y"))),
+        Problem("Sqrt", (InputSpec((3, 4), "positive", name="X"),)),
+        Problem("Erf", (_f(3, 4, name="input"),)),
+        Problem("Exp", (_f(3, 4, name="input"),)),
+        Problem("Log", (InputSpec((3, 4), "positive", name="input"),)),
+        Problem("Gelu", (_f(3, 4, name="X"),), {"approximate": "none"}),
+        Problem("ReduceMean", (_f(2, 3, 4, name="data"), _const((-1,), "axes"))),
+        Problem("ReduceSum", (_f(2, 3, 4, name="data"), _const((0, 2), "axes")), {"keepdims": 0}),
+        Problem("ReduceMax", (_f(3, 5, name="data"), _const((1,), "axes"))),
+        Problem(
+            "LayerNormalization",
+            (_f(2, 3, 4, name="X"), _f(4, name="Scale"), _f(4, name="B")),
+            {"axis": -1, "epsilon": 1e-5},
+        ),
+        Problem("Split", (_f(3, 6, name="input"), _const((1, 3, 2), "split")), {"axis": 1}),
+        Problem("Trilu", (_f(2, 4, 5, name="input"), _const((1,), "k")), {"upper": 0}),
     ]
 }

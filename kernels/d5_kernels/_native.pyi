@@ -79,3 +79,38 @@ def batch_norm_backward(
     momentum: float,
     training: bool,
 ) -> None: ...
+def layer_norm_forward(
+    x: np.ndarray,
+    scale: np.ndarray,
+    bias: np.ndarray | None,
+    y: np.ndarray,
+    mean: np.ndarray,
+    inv_std: np.ndarray,
+    rows: int,
+    width: int,
+    epsilon: float,
+) -> None: ...
+def layer_norm_backward(
+    x: np.ndarray,
+    scale: np.ndarray,
+    mean: np.ndarray,
+    inv_std: np.ndarray,
+    dy: np.ndarray,
+    dmean: np.ndarray | None,
+    dinv_std: np.ndarray | None,
+    dx: np.ndarray,
+    dscale: np.ndarray,
+    dbias: np.ndarray | None,
+    rows: int,
+    width: int,
+) -> None: ...
+def erf_forward(x: np.ndarray, y: np.ndarray) -> None: ...
+def erf_backward(x: np.ndarray, dy: np.ndarray, dx: np.ndarray) -> None: ...
+def gelu_forward(x: np.ndarray, y: np.ndarray, tanh_form: bool) -> None: ...
+def gelu_backward(x: np.ndarray, dy: np.ndarray, dx: np.ndarray, tanh_form: bool) -> None: ...
+def gather_forward(
+    data: np.ndarray, indices: np.ndarray, y: np.ndarray, outer: int, axis: int, inner: int
+) -> None: ...
+def gather_backward(
+    indices: np.ndarray, dy: np.ndarray, dx: np.ndarray, outer: int, axis: int, inner: int
+) -> None: ...

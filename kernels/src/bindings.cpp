@@ -14,6 +14,7 @@
 #include "gemm.h"
 #include "isa.h"
 #include "ops.h"
+#include "transformer.h"
 
 namespace py = pybind11;
 using d5k::Window2d;
@@ -384,6 +385,161 @@ void batch_norm_backward(const py::array& x, const py::array& scale, const py::a
     });
 }
 
+// -- transformer operators (LayerNormalization, Erf, Gelu, Gather) --
+
+void check_size(const py::array& a, const char* name, long size) {
+    if (a.size() != size)
+        bad(std::string(name) + " must hold " + std::to_string(size) + " values, got shape " +
+            shape_of(a));
+}
+
+void layer_norm_forward(const py::array& x, const py::array& scale,
+                        const std::optional<py::array>& bias, py::array& y, py::array& mean,
+                        py::array& inv_std, long rows, long width, double epsilon) {
+    dispatch(x, [&](auto tag) {
+        using T = decltype(tag);
+        if (rows < 0 || width < 1 || x.size() != rows * width)
+            bad("(rows, width) does not cover X of shape " + shape_of(x));
+        const T* X = in<T>(x, "X");
+        const T* S = in<T>(scale, "Scale");
+        check_size(scale, "Scale", width);
+        const T* B = in_opt<T>(bias, "B", width);
+        T* Y = out<T>(y, "Y");
+        same_shape(x, y, "Y");
+        T* M = out<T>(mean, "Mean");
+        check_size(mean, "Mean", rows);
+        T* I = out<T>(inv_std, "InvStdDev");
+        check_size(inv_std, "InvStdDev", rows);
+        py::gil_scoped_release release;
+        d5k::layer_norm_forward<T>(X, S, B, Y, M, I, rows, width, epsilon);
+    });
+}
+
+void layer_norm_backward(const py::array& x, const py::array& scale, const py::array& mean,
+                         const py::array& inv_std, const py::array& dy,
+                         const std::optional<py::array>& dmean,
+                         const std::optional<py::array>& dinv_std, py::array& dx,
+                         py::array& dscale, std::optional<py::array> dbias, long rows,
+                         long width) {
+    dispatch(x, [&](auto tag) {
+        using T = decltype(tag);
+        if (rows < 0 || width < 1 || x.size() != rows * width)
+            bad("(rows, width) does not cover X of shape " + shape_of(x));
+        const T* X = in<T>(x, "X");
+        const T* S = in<T>(scale, "Scale");
+        check_size(scale, "Scale", width);
+        const T* M = in<T>(mean, "Mean");
+        check_size(mean, "Mean", rows);
+        const T* I = in<T>(inv_std, "InvStdDev");
+        check_size(inv_std, "InvStdDev", rows);
+        const T* DY = in<T>(dy, "dY");
+        same_shape(x, dy, "dY");
+        const T* DM = in_opt<T>(dmean, "dMean", rows);
+        const T* DI = in_opt<T>(dinv_std, "dInvStdDev", rows);
+        T* DX = out<T>(dx, "dX");
+        same_shape(x, dx, "dX");
+        T* DS = out<T>(dscale, "dScale");
+        check_size(dscale, "dScale", width);
+        T* DB = out_opt<T>(dbias, "dB", width);
+        py::gil_scoped_release release;
+        d5k::layer_norm_backward<T>(X, S, M, I, DY, DM, DI, DX, DS, DB, rows, width);
+    });
+}
+
+void erf_forward(const py::array& x, py::array& y) {
+    dispatch(x, [&](auto tag) {
+        using T = decltype(tag);
+        const T* X = in<T>(x, "X");
+        T* Y = out<T>(y, "Y");
+        same_shape(x, y, "Y");
+        py::gil_scoped_release release;
+        d5k::erf_forward<T>(X, Y, x.size());
+    });
+}
+
+void erf_backward(const py::array& x, const py::array& dy, py::array& dx) {
+    dispatch(x, [&](auto tag) {
+        using T = decltype(tag);
+        const T* X = in<T>(x, "X");
+        const T* DY = in<T>(dy, "dY");
+        T* DX = out<T>(dx, "dX");
+        same_shape(x, dy, "dY");
+        same_shape(x, dx, "dX");
+        py::gil_scoped_release release;
+        d5k::erf_backward<T>(X, DY, DX, x.size());
+    });
+}
+
+void gelu_forward(const py::array& x, py::array& y, bool tanh_form) {
+    dispatch(x, [&](auto tag) {
+        using T = decltype(tag);
+        const T* X = in<T>(x, "X");
+        T* Y = out<T>(y, "Y");
+        same_shape(x, y, "Y");
+        py::gil_scoped_release release;
+        d5k::gelu_forward<T>(X, Y, x.size(), tanh_form);
+    });
+}
+
+void gelu_backward(const py::array& x, const py::array& dy, py::array& dx, bool tanh_form) {
+    dispatch(x, [&](auto tag) {
+        using T = decltype(tag);
+        const T* X = in<T>(x, "X");
+        const T* DY = in<T>(dy, "dY");
+        T* DX = out<T>(dx, "dX");
+        same_shape(x, dy, "dY");
+        same_shape(x, dx, "dX");
+        py::gil_scoped_release release;
+        d5k::gelu_backward<T>(X, DY, DX, x.size(), tanh_form);
+    });
+}
+
+// Gather's indices: C-contiguous int64, each in [-axis, axis).
+const std::int64_t* gather_indices(const py::array& indices, long axis) {
+    if (!indices.dtype().is(py::dtype::of<std::int64_t>()) ||
+        !(indices.flags() & py::array::c_style))
+        bad("indices must be a C-contiguous int64 array");
+    const auto* I = static_cast<const std::int64_t*>(indices.data());
+    for (py::ssize_t j = 0; j < indices.size(); ++j)
+        if (I[j] < -axis || I[j] >= axis)
+            bad("indices hold " + std::to_string(I[j]) + ", out of range [" +
+                std::to_string(-axis) + ", " + std::to_string(axis - 1) + "] for an axis of size " +
+                std::to_string(axis));
+    return I;
+}
+
+void gather_forward(const py::array& data, const py::array& indices, py::array& y, long outer,
+                    long axis, long inner) {
+    dispatch(data, [&](auto tag) {
+        using T = decltype(tag);
+        const T* D = in<T>(data, "data");
+        T* Y = out<T>(y, "Y");
+        const long count = indices.size();
+        if (outer < 0 || axis < 0 || inner < 0 || data.size() != outer * axis * inner)
+            bad("(outer, axis, inner) does not cover data of shape " + shape_of(data));
+        check_size(y, "Y", outer * count * inner);
+        const std::int64_t* I = gather_indices(indices, axis);
+        py::gil_scoped_release release;
+        d5k::gather_forward<T>(D, I, Y, outer, axis, inner, count);
+    });
+}
+
+void gather_backward(const py::array& indices, const py::array& dy, py::array& dx, long outer,
+                     long axis, long inner) {
+    dispatch(dy, [&](auto tag) {
+        using T = decltype(tag);
+        const T* DY = in<T>(dy, "dY");
+        T* DX = out<T>(dx, "dX");
+        const long count = indices.size();
+        if (outer < 0 || axis < 0 || inner < 0 || dx.size() != outer * axis * inner)
+            bad("(outer, axis, inner) does not cover dX of shape " + shape_of(dx));
+        check_size(dy, "dY", outer * count * inner);
+        const std::int64_t* I = gather_indices(indices, axis);
+        py::gil_scoped_release release;
+        d5k::gather_backward<T>(I, DY, DX, outer, axis, inner, count);
+    });
+}
+
 py::dict blocking(const std::string& isa_name, const std::string& dtype) {
     d5k::Isa isa = d5k::Isa::generic;
     if (isa_name == "avx512") isa = d5k::Isa::avx512;
@@ -450,4 +606,12 @@ PYBIND11_MODULE(_native, m) {
     m.def("softmax_backward", &softmax_backward);
     m.def("batch_norm_forward", &batch_norm_forward);
     m.def("batch_norm_backward", &batch_norm_backward);
+    m.def("layer_norm_forward", &layer_norm_forward);
+    m.def("layer_norm_backward", &layer_norm_backward);
+    m.def("erf_forward", &erf_forward);
+    m.def("erf_backward", &erf_backward);
+    m.def("gelu_forward", &gelu_forward);
+    m.def("gelu_backward", &gelu_backward);
+    m.def("gather_forward", &gather_forward);
+    m.def("gather_backward", &gather_backward);
 }

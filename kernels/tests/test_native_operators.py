@@ -42,6 +42,10 @@ class TestNativeAgreesWithTheReference(OperatorAgreementTests):
         "MaxPool",
         "AveragePool",
         "BatchNormalization",
+        "Gather",
+        "Erf",
+        "Gelu",
+        "LayerNormalization",
     )
     examples = property_examples(8)
     spatial_ranks = (2,)

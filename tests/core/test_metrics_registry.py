@@ -17,6 +17,7 @@ EXPECTED = {
     "cpu_utilization",
     "determinism",
     "energy",
+    "final_perplexity",
     "final_test_accuracy",
     "latency",
     "loss_curve",
@@ -25,7 +26,9 @@ EXPECTED = {
     "test_accuracy",
     "throughput",
     "time_to_accuracy",
+    "time_to_perplexity",
     "training_accuracy",
+    "validation_perplexity",
     "wallclock_time",
 }
 

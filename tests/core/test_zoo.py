@@ -26,7 +26,7 @@ SHAPES = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(zoo.ZOO))
+@pytest.mark.parametrize("name", sorted(SHAPES))  # sequence models: test_zoo_sequence.py
 def test_zoo_model_passes_checker_and_shape_inference_with_documented_shapes(name: str) -> None:
     model = zoo.ZOO[name]()
     onnx.checker.check_model(model, full_check=True)

@@ -23,7 +23,7 @@ EXPECTED = {
     ),
     "incompatible": (
         "incompatible",
-        "supports plugin API >=2.0,<3 but d5core 0.1.0 offers plugin API 1.4",
+        "supports plugin API >=2.0,<3 but d5core 0.1.0 offers plugin API 1.5",
     ),
 }
 

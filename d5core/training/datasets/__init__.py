@@ -105,7 +105,8 @@ def data_manifest(dataset: Any) -> dict[str, Any]:
     synthetic sets) by its arrays; another one by its own ``digest()`` when it has one.
     Keys: ``name``, ``sha256`` (``None`` when the dataset offers no way to digest it,
     with ``note`` saying so), ``files`` (``path``, ``bytes``, ``sha256`` each) and
-    ``data_dir`` (``$D5_DATA_DIR``, or ``None``).
+    ``data_dir`` (``$D5_DATA_DIR``, or ``None``); plus ``identity``, what a dataset's
+    own ``identity()`` says it is (the stdlib text: Python version, file count, bytes).
     """
     out: dict[str, Any] = {
         "name": str(getattr(dataset, "name", type(dataset).__name__)),
@@ -125,4 +126,7 @@ def data_manifest(dataset: Any) -> dict[str, Any]:
         out["sha256"] = str(own())
     else:
         out["note"] = f"{type(dataset).__name__} offers no content digest"
+    identity = getattr(dataset, "identity", None)
+    if callable(identity):
+        out["identity"] = dict(identity())
     return out

@@ -7,6 +7,7 @@ from d5_kernels.ops.conv import Conv
 from d5_kernels.ops.linalg import Gemm, MatMul
 from d5_kernels.ops.normalization import BatchNormalization
 from d5_kernels.ops.pool import AveragePool, MaxPool
+from d5_kernels.ops.transformer import Erf, Gather, Gelu, LayerNormalization
 
 #: Every operator class, in the order the other backends list them.
 OPERATOR_CLASSES: tuple[type[NativeOperator], ...] = (  # type: ignore[type-arg]
@@ -18,6 +19,10 @@ OPERATOR_CLASSES: tuple[type[NativeOperator], ...] = (  # type: ignore[type-arg]
     MaxPool,
     AveragePool,
     BatchNormalization,
+    Gather,
+    Erf,
+    Gelu,
+    LayerNormalization,
 )
 
 __all__ = [
@@ -26,7 +31,11 @@ __all__ = [
     "AveragePool",
     "BatchNormalization",
     "Conv",
+    "Erf",
+    "Gather",
+    "Gelu",
     "Gemm",
+    "LayerNormalization",
     "MatMul",
     "MaxPool",
     "NativeOperator",

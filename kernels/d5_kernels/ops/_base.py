@@ -97,9 +97,9 @@ class NativeOperator(SlottedOperator, Generic[P]):
         grads: Sequence[Any],
     ) -> None:
         """Write the gradient of each present input into ``grads`` (contiguous buffers
-        shaped like the inputs, ``None`` for absent inputs). ``grad_outputs`` are
-        contiguous in the operator's dtype (zeros where none was given); ``None`` for an
-        integer output."""
+        shaped like the inputs, ``None`` for absent inputs and for those without a
+        gradient, such as indices). ``grad_outputs`` are contiguous in the operator's
+        dtype (zeros where none was given); ``None`` for an integer output."""
 
     def needs_outputs(self) -> bool:
         """Whether :meth:`run_backward` reads the forward outputs."""
@@ -214,7 +214,8 @@ class NativeOperator(SlottedOperator, Generic[P]):
         else:
             results = []
         grads: list[np.ndarray | None] = [
-            None if a is None else np.empty(a.shape, dtype=dtype) for a in arrays
+            None if a is None or self.declares_no_gradient(i) else np.empty(a.shape, dtype=dtype)
+            for i, a in enumerate(arrays)
         ]
         final: list[np.ndarray | None] = list(grads)
 

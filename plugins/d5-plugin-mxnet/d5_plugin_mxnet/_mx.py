@@ -15,6 +15,12 @@ mxnet``). Before the first import it sets what MXNet reads only at start-up:
   left as the user set it, so the recorded environment is the user's. The engine's CPU
   worker threads stay at MXNet's default of one, so operators run one after the other,
   as torch and onnxruntime (sequential mode) do;
+- **gradient sums**: ``MXNET_EXEC_INPLACE_GRAD_SUM_CAP`` is set to 0 unless the user set
+  it, so that a value read by several nodes sums its gradients with an explicit
+  ``ElementWiseSum`` instead of in-place ``kAddTo`` writes: with ``static_alloc`` the
+  in-place sums give wrong gradients in MXNet 1.9.1 (an embedding feeding both a
+  LayerNormalization and a residual Add, as every transformer block has, got about half
+  its gradient);
 - the values MXNet started with are reported by :func:`settings`, never assumed.
 """
 
@@ -73,12 +79,20 @@ def mxnet() -> Any:
         problem = numpy_problem()
         if problem:
             raise ImportError(problem)
+    # read when MXNet first builds a backward graph: set even when something imported
+    # MXNet before this module
+    os.environ.setdefault("MXNET_EXEC_INPLACE_GRAD_SUM_CAP", "0")
     import mxnet as mx
 
     if _started is None:
         _started = {
             name: os.environ.get(name, "")
-            for name in ("OMP_NUM_THREADS", "MXNET_CPU_WORKER_NTHREADS", "MXNET_ENGINE_TYPE")
+            for name in (
+                "OMP_NUM_THREADS",
+                "MXNET_CPU_WORKER_NTHREADS",
+                "MXNET_ENGINE_TYPE",
+                "MXNET_EXEC_INPLACE_GRAD_SUM_CAP",
+            )
         }
     return mx
 

@@ -27,9 +27,16 @@ the last step are :attr:`MXNetExecutor.running_stats` and reach the parameters o
 through :meth:`MXNetExecutor.apply_running_stats`.
 
 Types: MXNet 1.9.1 has no int16, uint16, uint32, uint64 or bool tensors; feeds and
-parameters of those types are refused with a UsageError. Bool outputs (a Dropout mask)
-are computed as uint8 and returned as bool; MXNet has no rank-0 tensors, so scalar
-outputs (a reduced loss) come back with ONNX's shape ``()``.
+parameters of the first four are refused with a UsageError, bool feeds are held as uint8
+(0 or 1), which is what comparisons produce and Where reads. Bool outputs are returned
+as bool; MXNet has no rank-0 tensors, so scalar outputs (a reduced loss) come back with
+ONNX's shape ``()``.
+
+Static values: inputs a node needs when the graph is built (a Reshape's shape, Slice's
+starts, reduction axes) may be constants, fixed initializers, feeds (a graph compiled
+per fed value), or computed from those and from shapes (Shape, Gather, Concat chains as
+exporters write them): each compilation folds the nodes whose inputs are all known, with
+the onnx reference evaluator (:mod:`d5_plugin_mxnet.graph.program`).
 
 ``--breakdown``: when the bus wants ``graph.node`` events, a prepared callable runs the
 nodes one by one with ``mx.nd`` instead, each inside a ``graph.node`` span that waits for
@@ -175,6 +182,11 @@ class MXNetExecutor(GraphExecutor):
         self.mx_context = _context(device)
         self._graph = _graph(self.network)
         self.check_supported()
+        self._input_ranks = {
+            value.name: len(value.type.tensor_type.shape.dim)
+            for value in self.network.model.graph.input
+            if value.type.tensor_type.HasField("shape")
+        }
         self._trainable_set = frozenset(self._graph.trainable)
         self._constants = fold_constants(self._graph.nodes, self._graph.parameters)
         self._translate()
@@ -184,12 +196,16 @@ class MXNetExecutor(GraphExecutor):
             if name not in self._tensor_inputs and name not in self._graph.outputs:
                 continue
             _checked_dtype(f"parameter {name!r}", value.dtype)
-            array = mx.nd.array(value, ctx=self.mx_context, dtype=value.dtype)
+            array = mx.nd.array(
+                value.reshape(value.shape or (1,)), ctx=self.mx_context, dtype=value.dtype
+            )
             if name in self._trainable_set and np.issubdtype(value.dtype, np.floating):
                 array.attach_grad()
             self._params[name] = array
         self._const_arrays = {
-            name: mx.nd.array(value, ctx=self.mx_context, dtype=value.dtype)
+            name: mx.nd.array(
+                value.reshape(value.shape or (1,)), ctx=self.mx_context, dtype=value.dtype
+            )
             for name, value in self._constants.items()
             if (name in self._tensor_inputs or name in self._graph.outputs)
             and value.dtype in _MX_TYPES
@@ -241,15 +257,48 @@ class MXNetExecutor(GraphExecutor):
         statics = {**self._graph.parameters, **self._constants}
         self._steps: dict[bool, list[Step]] = {}
         self._static_reads: set[str] = set()
+        wanted: set[str] = set()
         for training in (False, True):
             translator = Translator(self._graph.opset, training, statics, self._trainable_set)
             self._steps[training] = translator.translate(self._graph.nodes)
             self._static_reads |= translator.read
+            wanted |= translator.wanted
+        #: The feeds read as values (a static input is computed from them): each value
+        #: fed compiles a graph of its own.
+        self._static_feeds = self._feeds_behind(wanted)
+        #: The values known before any feed: constants and fixed integer initializers.
+        self._known = {
+            **{
+                name: value
+                for name, value in self._graph.parameters.items()
+                if name not in self._trainable_set and not np.issubdtype(value.dtype, np.floating)
+            },
+            **self._constants,
+        }
         self._tensor_inputs = {
             n for steps in self._steps.values() for s in steps for n in s.inputs if n
         }
         #: The inputs MXNet updates in place while training (moving statistics).
         self._aux = {s.inputs[p] for s in self._steps[True] for p in s.aux}
+
+    def _feeds_behind(self, wanted: set[str]) -> list[str]:
+        """The graph inputs the values ``wanted`` are computed from (a Shape or Size node
+        reads only its input's shape, which is known)."""
+        producers = {o: node for node in self._graph.nodes for o in node.output if o}
+        feeds, seen, todo = set(self._graph.inputs), set(), list(wanted)
+        found = []
+        while todo:
+            name = todo.pop()
+            if name in seen:
+                continue
+            seen.add(name)
+            if name in feeds:
+                found.append(name)
+                continue
+            node = producers.get(name)
+            if node is not None and node.op_type not in ("Shape", "Size"):
+                todo.extend(i for i in node.input if i)
+        return sorted(found)
 
     # -- feeds and compilation -----------------------------------------------------------
 
@@ -267,6 +316,8 @@ class MXNetExecutor(GraphExecutor):
                 arrays[name] = value
                 continue
             array = np.asarray(value)
+            if array.dtype == np.bool_:  # held as uint8, as the node functions expect
+                array = array.astype(np.uint8)
             _checked_dtype(f"input {name!r}", array.dtype)
             if array.ndim == 0:
                 array = array.reshape(1)
@@ -290,13 +341,31 @@ class MXNetExecutor(GraphExecutor):
         self, arrays: Mapping[str, Any], training: bool, loss: str | None
     ) -> CompiledGraph:
         """The compiled graph for the signature of ``arrays`` (built now if new)."""
-        key = (training, loss, *((n, a.shape, a.dtype) for n, a in arrays.items()))
+        values = {n: self._feed_value(n, arrays[n]) for n in self._static_feeds}
+        key = (
+            training,
+            loss,
+            *((n, a.shape, a.dtype) for n, a in arrays.items()),
+            *((n, v.dtype.str, v.shape, v.tobytes()) for n, v in values.items()),
+        )
         found = self._compiled.get(key)
         if found is not None:
             return found
+        known = {**self._known, **values}
         env = run_steps(
-            self._steps[training], {**self._base(training), **arrays}, self._node_constants
+            self._steps[training],
+            {**self._base(training), **arrays},
+            self._node_constants,
+            known=known,
+            opset=self._graph.opset,
         )
+        try:  # an error of the shape pass surfaces here, not at some later wait
+            mx.nd.waitall()
+        except mx.base.MXNetError as exc:
+            lines = [line for line in str(exc).strip().splitlines() if line.strip()]
+            raise UsageError(
+                f"the network: MXNet failed: {lines[-1].strip() if lines else 'no message'}"
+            ) from None
         heads = self._heads(training, loss)
         for name in heads:
             if name not in env:
@@ -306,10 +375,19 @@ class MXNetExecutor(GraphExecutor):
         shapes = {n: tuple(v.shape) for n, v in env.items()}
         dtypes = {n: np.dtype(v.dtype) for n, v in env.items()}
         symbol, fed = build_symbol(
-            self._steps[training], shapes, dtypes, heads, self._node_constants
+            self._steps[training], shapes, dtypes, heads, self._node_constants, known
         )
         found = self._compiled[key] = compile_symbol(symbol, heads, fed, arrays)
+        found.known = {**self._known, **values}
         return found
+
+    def _feed_value(self, name: str, array: Any) -> npt.NDArray[Any]:
+        """A feed read as a value, as numpy, with its declared rank (MXNet holds a scalar
+        as a vector of one)."""
+        value = np.asarray(array.asnumpy())
+        if self._input_ranks.get(name) == 0 and value.size == 1:
+            value = value.reshape(())
+        return value
 
     def _args(
         self, compiled: CompiledGraph, arrays: Mapping[str, Any], training: bool
@@ -325,7 +403,7 @@ class MXNetExecutor(GraphExecutor):
 
         def run() -> dict[str, Any]:
             if get_bus().wants(_NODE_END):
-                env = self._run_nodes(False, arrays)
+                env = self._run_nodes(False, arrays, compiled.known)
                 return {n: env[n] for n in names}
             outs = op(*args)
             return dict(zip(names, outs if isinstance(outs, list) else [outs], strict=True))
@@ -348,7 +426,7 @@ class MXNetExecutor(GraphExecutor):
                 source.copyto(buffer)
             if get_bus().wants(_NODE_END):
                 with record(train_mode=True):
-                    env = self._run_nodes(True, arrays)
+                    env = self._run_nodes(True, arrays, compiled.known)
                     outs = [env[n] for n in names]
             else:
                 with record(train_mode=True):
@@ -361,7 +439,9 @@ class MXNetExecutor(GraphExecutor):
 
         return step
 
-    def _run_nodes(self, training: bool, arrays: Mapping[str, Any]) -> dict[str, Any]:
+    def _run_nodes(
+        self, training: bool, arrays: Mapping[str, Any], known: Mapping[str, Any]
+    ) -> dict[str, Any]:
         """One run node by node, each in a ``graph.node`` span that waits for it."""
         bus = get_bus()
         waitall = mx.nd.waitall
@@ -380,7 +460,14 @@ class MXNetExecutor(GraphExecutor):
                 self.span.__exit__(*exc)
 
         env = {**self._base(training), **arrays}
-        return run_steps(self._steps[training], env, self._node_constants, each=_Span)
+        return run_steps(
+            self._steps[training],
+            env,
+            self._node_constants,
+            each=_Span,
+            known=dict(known),
+            opset=self._graph.opset,
+        )
 
     def _outputs(self, outs: Mapping[str, Any]) -> dict[str, npt.NDArray[Any]]:
         result = {}
@@ -475,7 +562,7 @@ class MXNetExecutor(GraphExecutor):
             result[name] = (
                 np.array(value, copy=True)
                 if array is None
-                else array.asnumpy().astype(value.dtype, copy=False)
+                else array.asnumpy().astype(value.dtype, copy=False).reshape(value.shape)
             )
         return result
 
@@ -492,8 +579,8 @@ class MXNetExecutor(GraphExecutor):
                 raise UsageError(f"parameter {name!r} has shape {old.shape}, not {array.shape}")
             live = self._params.get(name)
             if live is not None:
-                live[:] = array.astype(live.dtype, copy=False)
-            if name in self._static_reads:
+                live[:] = array.astype(live.dtype, copy=False).reshape(live.shape)
+            if name in self._static_reads or name in self._known:
                 retranslate = True
             self._graph.parameters[name] = np.array(array, dtype=old.dtype, copy=True)
         if retranslate:  # a static input (a shape, axes, a ratio) is part of the graph

@@ -46,12 +46,18 @@ def test_unsupported_operator_is_one_line_usage_error() -> None:
     assert "\n" not in str(info.value)
 
 
-def test_a_computed_reshape_shape_is_refused_naming_the_node() -> None:
+def test_a_fed_reshape_shape_is_read_as_a_value_and_compiles_a_graph_per_value() -> None:
     model = cnn(loss=False)
     model.graph.input.append(helper.make_tensor_value_info("shape2", TensorProto.INT64, [2]))
     model.graph.node[8].input[1] = "shape2"
-    with pytest.raises(UsageError, match=r"\(Reshape\): input 1 \('shape2'\) must be a constant"):
-        MXNetExecutor(model)
+    ex = MXNetExecutor(model)
+    feeds = {**feeds_for(cnn(loss=False)), "shape2": np.array([2, -1], np.int64)}
+    expected = reference.NumpyExecutor(model).inference(feeds)
+    got = ex.inference(feeds)
+    for name, value in expected.items():
+        np.testing.assert_allclose(got[name], value, rtol=1e-4, atol=1e-5)
+    with pytest.raises(UsageError, match=r"\(Reshape\): cannot reshape"):
+        ex.inference({**feeds, "shape2": np.array([3, -1], np.int64)})
 
 
 def test_a_shape_mxnet_refuses_names_the_node_in_one_line() -> None:

@@ -15,10 +15,13 @@ from typing import Any
 import numpy as np
 import pytest
 from d5_plugin_mxnet.operators import MXNetBackend
+from d5_plugin_mxnet.ops.transformer import TRANSFORMER_OPERATORS
 
 from d5core.errors import UsageError
 from d5core.levels.operators import TensorDescriptor
 from d5core.testing.operator_agreement import (
+    CORE_OPERATORS,
+    PROPERTIES,
     OperatorAgreementTests,
     assert_agrees_with_reference,
     distinct,
@@ -30,8 +33,22 @@ BACKENDS = pytest.mark.parametrize("backend", [MX], ids=lambda b: b.name)
 DTYPES = pytest.mark.parametrize("dtype", ["float32", "float64"])
 
 
+#: The operators of convolutional networks; the transformer and recurrent ones have a
+#: kit subclass of their own (test_mx_transformer_ops.py).
+CNN_OPERATORS = sorted(set(MX.supported()) - {cls.op_type for cls in TRANSFORMER_OPERATORS})
+
+
 class TestMXNetAgreesWithTheReference(OperatorAgreementTests):
     backend = MX
+    operators = CNN_OPERATORS
+
+    def test_backend_offers_the_declared_operators_and_each_has_a_property(self) -> None:
+        """This class and test_mx_transformer_ops.py's together cover every operator."""
+        transformer = {cls.op_type for cls in TRANSFORMER_OPERATORS}
+        assert set(self.backend.supported()) == set(CNN_OPERATORS) | transformer
+        assert set(self.backend.supported()) <= set(PROPERTIES)
+        assert set(CNN_OPERATORS) >= CORE_OPERATORS
+
     examples = property_examples(6)
     default_problem_dtypes = ("float32",)
     zero_size_tensors = False

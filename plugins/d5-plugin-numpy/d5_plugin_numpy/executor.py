@@ -13,22 +13,41 @@ the parameters only when :meth:`NumpyExecutor.apply_running_stats` is called.
 Opsets. Nodes are translated to the operators' opset-13+ contract before being created:
 ``Squeeze``/``Unsqueeze`` ``axes`` attributes (opset < 13) become inputs, ``Softmax`` and
 ``LogSoftmax`` before opset 13 coerce their input to 2-D at ``axis`` (default 1),
+``Split``'s ``split`` attribute (opset < 13) becomes an input and, before opset 18, a
+``Split`` without ``split`` gets ``num_outputs`` from its node's outputs,
 ``Add``/``Sub``/``Mul``/``Div`` before opset 7 broadcast ``B`` to ``A`` as their
 ``broadcast`` and ``axis`` attributes say (equal shapes without ``broadcast=1``), other
 obsolete attributes (``spatial``, ``is_test``, ``consumed_inputs``, ``broadcast``) are
 dropped, and ``Constant``/``ConstantOfShape`` nodes (and every node whose inputs are all
-constants) are folded once at construction.
+constants) are folded once at construction. An optional input left out before a given
+one (an empty name in ONNX, as torch's exporter writes LSTM's ``sequence_lens``) reaches
+the operator as ``None`` when it takes absent inputs (``absent_inputs``: LSTM, GRU), so
+the node runs and trains natively; other operators' nodes with one go to the fallback.
+
+Fallback. A node whose operator d5 has no numpy implementation of, or whose element types
+or (schema-valid) attribute values d5's operator refuses, runs forward on
+``onnx.reference`` (:mod:`d5_plugin_numpy.onnx_fallback`): one runner per node, built
+once. :meth:`NumpyExecutor.details` lists those nodes, and a gradient through one is a
+one-line :class:`~d5core.api.UsageError` naming its operator.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import numpy as np
 import onnx
 
+from d5_plugin_numpy.onnx_fallback import (
+    ENGINE,
+    FallbackNode,
+    implicit_inputs,
+    reference_op_types,
+    reference_supports,
+    value_types,
+)
 from d5_plugin_numpy.ops import OPERATORS as _LEVEL0
 from d5_plugin_numpy.ops.base import ReferenceOperator
 from d5_plugin_numpy.ops.lrn import LRN
@@ -52,6 +71,8 @@ __all__ = ["OPERATORS", "NumpyExecutor", "graph_view"]
 _OBSOLETE = frozenset({"spatial", "is_test", "consumed_inputs", "broadcast"})
 #: Operators folded at construction (they have no runtime input).
 _CONSTANTS = frozenset({"Constant", "ConstantOfShape"})
+#: Domains whose operators d5's own implementations run (others go to onnx.reference).
+_NATIVE_DOMAINS = frozenset({"", "ai.onnx", "ai.d5"})
 
 
 #: The operators the executor creates: the level-0 backend's, plus LRN (kept out of the
@@ -111,6 +132,10 @@ class _Step:
     ops: dict[tuple[Any, ...], Operator] = field(default_factory=dict)
     #: Opset < 7 Add/Sub/Mul/Div: the ``broadcast`` and ``axis`` attributes.
     legacy: tuple[bool, int | None] | None = None
+    #: A node d5 has no operator for, run forward by onnx.reference (see onnx_fallback).
+    fallback: FallbackNode | None = None
+    #: The node the step runs.
+    node: onnx.NodeProto | None = None
 
 
 def _translate(node: onnx.NodeProto, opset: int, training: bool) -> _Step:
@@ -127,6 +152,15 @@ def _translate(node: onnx.NodeProto, opset: int, training: bool) -> _Step:
     coerce = None
     if op_type in ("Squeeze", "Unsqueeze") and "axes" in attrs:
         inputs = [inputs[0], np.asarray(attrs.pop("axes"), dtype=np.int64)]
+    elif op_type == "Slice" and opset < 10:  # starts, ends and axes were attributes
+        names = ("starts", "ends", "axes")
+        given_ = [np.asarray(attrs.pop(k), dtype=np.int64) for k in names if k in attrs]
+        inputs = [inputs[0], *given_]
+    elif op_type == "Split":  # split: an attribute before opset 13; num_outputs from 18
+        if "split" in attrs:
+            inputs = [inputs[0], np.asarray(attrs.pop("split"), dtype=np.int64)]
+        if opset < 18 and (len(inputs) < 2 or inputs[1] is None):
+            attrs["num_outputs"] = len(node.output)
     elif op_type in ("Softmax", "LogSoftmax") and opset < 13:
         coerce = int(attrs.pop("axis", 1))
         attrs["axis"] = 1
@@ -193,6 +227,51 @@ class _LegacyBroadcast(Operator):
         return [da, None if db is None else db.reshape(b.shape)]
 
 
+#: Operators whose outputs are random: never folded into constants.
+_RANDOM = frozenset(
+    {"Bernoulli", "Multinomial", "RandomNormal", "RandomNormalLike", "RandomUniform",
+     "RandomUniformLike"}
+)  # fmt: skip
+
+
+def _schema_attributes(node: onnx.NodeProto, model: onnx.ModelProto) -> bool:
+    """Whether every attribute of ``node`` is one its ONNX schema (at the model's opset)
+    defines: only then may a refusal of d5's operator go to onnx.reference, so that a
+    misspelt attribute stays an error."""
+    version = next((o.version for o in model.opset_import if o.domain == node.domain), None)
+    try:
+        schema = onnx.defs.get_schema(node.op_type, int(version or 1), node.domain)
+    except Exception:  # no schema: nothing to check against
+        return False
+    return all(a.name in schema.attributes for a in node.attribute)
+
+
+def _foldable(node: onnx.NodeProto) -> bool:
+    """Whether a node onnx.reference runs may be folded into constants: not random, and
+    without subgraphs (which may read values of the graph that are not constant)."""
+    return node.op_type not in _RANDOM and not implicit_inputs(node)
+
+
+class _Rerouted(Operator):
+    """A node whose d5 operator refused its inputs, run by its onnx.reference runner:
+    takes the translated step's inputs and feeds the runner those at ``positions``."""
+
+    def __init__(self, runner: FallbackNode, positions: list[int]) -> None:
+        super().__init__({})
+        self.runner, self.positions = runner, positions
+
+    def forward(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        return self.runner.forward([inputs[i] for i in self.positions])
+
+    def backward(
+        self,
+        grad_outputs: Sequence[np.ndarray],
+        inputs: Sequence[np.ndarray],
+        outputs: Sequence[np.ndarray],
+    ) -> list[np.ndarray | None]:
+        return self.runner.backward(grad_outputs, inputs, outputs)
+
+
 # -- the executor ---------------------------------------------------------------
 
 
@@ -218,8 +297,11 @@ class NumpyExecutor(GraphExecutor):
 
     name: ClassVar[str] = "numpy"
     trains: ClassVar[bool] = True
-    #: Every ONNX operator type (plus d5's ``MeanSquaredError``) the executor runs.
-    supported_ops: ClassVar[frozenset[str]] = frozenset(OPERATORS) | _CONSTANTS
+    #: The operator types d5's own numpy operators implement (forward and backward).
+    native_ops: ClassVar[frozenset[str]] = frozenset(OPERATORS) | _CONSTANTS
+    #: Every ONNX operator type (plus d5's ``MeanSquaredError``) the executor runs: its
+    #: own, and those onnx.reference runs forward (see :meth:`supports`).
+    supported_ops: ClassVar[frozenset[str]] = native_ops | reference_op_types()
 
     def __init__(self, network: Any, *, device: str = "cpu") -> None:
         super().__init__(network, device=device)
@@ -227,6 +309,9 @@ class NumpyExecutor(GraphExecutor):
             raise UsageError(f"the numpy executor runs on 'cpu' only, not {device!r}")
         self._graph = graph_view(self.network)
         self.check_supported()
+        #: The nodes run by onnx.reference, by node name (see :meth:`details`).
+        self.fallback: dict[str, FallbackNode] = {}
+        self._types: dict[str, onnx.TypeProto] | None = None
         #: Parameters by name (initializers), as the executor holds them.
         self.parameters: dict[str, np.ndarray] = dict(self._graph.parameters)
         #: Running statistics from the last training pass, by BatchNormalization input
@@ -240,14 +325,65 @@ class NumpyExecutor(GraphExecutor):
 
     # -- construction ----------------------------------------------------------
 
+    @classmethod
+    def supports(cls, op_type: str, domain: str = "", opset: int | None = None) -> bool:
+        """Whether the executor runs ``op_type`` of ``domain``: with d5's own operator,
+        else forward with onnx.reference (at ``opset``, the newest when ``None``)."""
+        if op_type in cls.native_ops and domain in _NATIVE_DOMAINS:
+            return True
+        return reference_supports(op_type, domain, opset)
+
     def check_supported(self) -> None:
-        """Raise a one-line :class:`UsageError` naming the first unsupported node."""
+        """Raise a one-line :class:`UsageError` naming the first node whose operator
+        neither d5 nor onnx.reference runs, and the installed executors that do."""
+        opsets = {o.domain or "": int(o.version) for o in self.model.opset_import}
+        local = {(f.domain, f.name) for f in self.model.functions}
         for node in self._graph.nodes:
-            if node.op_type not in self.supported_ops:
-                raise UsageError(
-                    f"the {self.name} executor does not support operator {node.op_type!r} "
-                    f"(node {node.name!r})"
-                )
+            if (node.domain, node.op_type) in local:
+                continue
+            opset = opsets.get(node.domain or "", opsets.get("ai.onnx"))
+            if not self.supports(node.op_type, node.domain, opset):
+                raise self.unsupported(node.op_type, node.name, node.domain, opset)
+
+    def _is_native(self, node: onnx.NodeProto) -> bool:
+        return node.op_type in OPERATORS and node.domain in _NATIVE_DOMAINS
+
+    def _step(self, node: onnx.NodeProto, training: bool) -> _Step:
+        """The step that runs ``node``: translated for d5's operator, or a fallback."""
+        if self._is_native(node):
+            step = _translate(node, self._graph.opset, training)
+            step.node = node
+            return step
+        runner = self._fallback_for(node)
+        feeds: list[str | np.ndarray | None] = list(runner.feeds)
+        return _Step(node.name, node.op_type, {}, feeds, list(node.output), fallback=runner)
+
+    def _fallback_for(self, node: onnx.NodeProto) -> FallbackNode:
+        """The node's onnx.reference runner, built on first use and listed in
+        :attr:`fallback`."""
+        runner = self.fallback.get(node.name)
+        if runner is None:
+            if self._types is None:
+                self._types = value_types(self.model)
+            runner = FallbackNode(node, self.model, self._types)
+            self.fallback[node.name] = runner
+        return runner
+
+    def _reference_runs(self, node: onnx.NodeProto) -> bool:
+        opset = next(
+            (int(o.version) for o in self.model.opset_import if o.domain == node.domain), None
+        )
+        return reference_supports(node.op_type, node.domain, opset)
+
+    def details(self) -> dict[str, Any]:
+        """How the network runs: the nodes onnx.reference runs forward (``fallback``:
+        node name -> operator type), when there are any."""
+        if not self.fallback:
+            return {}
+        return {
+            "fallback_engine": ENGINE,
+            "fallback": {name: op.op_type for name, op in self.fallback.items()},
+        }
 
     def _fold_constants(self) -> None:
         """Evaluate constant nodes, and nodes whose inputs are all such constants."""
@@ -255,11 +391,16 @@ class NumpyExecutor(GraphExecutor):
         static = {n for n, a in graph.parameters.items() if not np.issubdtype(a.dtype, np.floating)}
         for node in graph.nodes:
             ins = [i for i in node.input if i]
-            if node.op_type not in _CONSTANTS and (not ins or not all(i in static for i in ins)):
+            known = static | set(graph.parameters) if node.op_type == "Shape" else static
+            if node.op_type not in _CONSTANTS and (not ins or not all(i in known for i in ins)):
+                continue  # (Shape folds on any parameter: parameters keep their shapes)
+            if not self._is_native(node) and not _foldable(node):
                 continue
             found = [self._constants.get(i, graph.parameters.get(i)) for i in ins]
             values = [v for v in found if v is not None]
             if len(values) != len(ins):
+                if self._reference_runs(node):
+                    continue  # e.g. ConstantOfShape of a computed shape: a step runs it
                 raise UsageError(
                     f"node {node.name!r} ({node.op_type}): its inputs must be constants"
                 )
@@ -267,9 +408,9 @@ class NumpyExecutor(GraphExecutor):
                 if node.op_type in _CONSTANTS:
                     outs = [constant_value(node, values)]
                 else:
-                    step = _translate(node, graph.opset, False)
-                    known = dict(zip(ins, values, strict=True))
-                    args = [known[i] if isinstance(i, str) else i for i in step.inputs]
+                    step = self._step(node, False)
+                    given = dict(zip(ins, values, strict=True))
+                    args = [given[i] if isinstance(i, str) else i for i in step.inputs]
                     outs = self._run_step(step, args)  # type: ignore[arg-type]
             except UsageError as exc:
                 if str(exc).startswith("node "):
@@ -284,25 +425,44 @@ class NumpyExecutor(GraphExecutor):
         for node in self._graph.nodes:
             if all(o in self._constants for o in node.output if o):
                 continue
-            step = _translate(node, self._graph.opset, training)
+            step = self._step(node, training)
             step.inputs = [
                 self._constants[i] if isinstance(i, str) and i in self._constants else i
                 for i in step.inputs
             ]
             try:  # check the attributes now: errors name the node before any run
-                OPERATORS[step.op_type](step.attributes)
+                if step.fallback is None:
+                    OPERATORS[step.op_type](step.attributes)
             except UsageError as exc:
-                raise UsageError(f"node {node.name!r} ({node.op_type}): {exc}") from None
+                if not (self._reference_runs(node) and _schema_attributes(node, self.model)):
+                    raise UsageError(f"node {node.name!r} ({node.op_type}): {exc}") from None
+                # valid attribute values d5's operator does not take: onnx.reference runs it
+                runner = self._fallback_for(node)
+                step = _Step(
+                    node.name, node.op_type, {}, list(runner.feeds), list(node.output),
+                    fallback=runner, node=node,
+                )  # fmt: skip
+                step.inputs = [
+                    self._constants[i] if isinstance(i, str) and i in self._constants else i
+                    for i in step.inputs
+                ]
             steps.append(step)
         return steps
 
     # -- running ---------------------------------------------------------------
 
     def _operator(self, step: _Step, inputs: Sequence[np.ndarray]) -> Operator:
-        key = tuple((a.shape, a.dtype.str) for a in inputs)
+        if step.fallback is not None:
+            return step.fallback
+        absent = OPERATORS[step.op_type].absent_inputs
+        try:  # an absent optional input (None) is passed on to operators that take one
+            key = tuple(None if a is None and absent else (a.shape, a.dtype.str) for a in inputs)
+        except AttributeError:  # a sequence (list) or an empty optional (None)
+            why = UsageError("d5's operator takes tensors, not sequences or optionals")
+            return self._refused(step, inputs, why)
         op = step.ops.get(key)
         if op is None:
-            descs = [TensorDescriptor.of(a) for a in inputs]
+            descs = [None if a is None else TensorDescriptor.of(a) for a in inputs]
             try:
                 if step.coerce_axis is not None:
                     x = inputs[0]
@@ -316,9 +476,24 @@ class NumpyExecutor(GraphExecutor):
                 else:
                     op = self._create(step.op_type, step.attributes, descs)
             except UsageError as exc:
-                raise UsageError(f"node {step.name!r} ({step.op_type}): {exc}") from None
+                op = self._refused(step, inputs, exc)
             step.ops[key] = op
         return op
+
+    def _refused(self, step: _Step, inputs: Sequence[Any], exc: UsageError) -> Operator:
+        """d5's operator refused these inputs (an element type it lacks): the node on
+        onnx.reference instead, fed from the translated step's inputs, where it runs the
+        operator; else the refusal, naming the node."""
+        node = step.node
+        usable = node is not None and not all(
+            isinstance(a, np.ndarray) and a.dtype in (np.float32, np.float64) for a in inputs
+        )
+        if node is not None and usable and self._reference_runs(node):
+            runner = self._fallback_for(node)
+            positions = [list(node.input).index(f) for f in runner.feeds]
+            if all(i < len(inputs) for i in positions):
+                return _Rerouted(runner, positions)
+        raise UsageError(f"node {step.name!r} ({step.op_type}): {exc}") from None
 
     def _legacy_broadcast(
         self, step: _Step, legacy: tuple[bool, int | None], inputs: Sequence[np.ndarray]
@@ -330,11 +505,12 @@ class NumpyExecutor(GraphExecutor):
 
     @staticmethod
     def _create(
-        op_type: str, attributes: Mapping[str, Any], descs: Sequence[TensorDescriptor]
+        op_type: str, attributes: Mapping[str, Any], descs: Sequence[TensorDescriptor | None]
     ) -> Operator:
-        """Like ``NumpyBackend.create``, from :data:`OPERATORS` (which adds LRN)."""
+        """Like ``NumpyBackend.create``, from :data:`OPERATORS` (which adds LRN). ``None``
+        (an absent input) is in ``descs`` only for operators with ``absent_inputs``."""
         op = OPERATORS[op_type](attributes)
-        op.check_inputs(descs)
+        op.check_inputs(cast(Sequence[TensorDescriptor], descs))
         return op
 
     def _run_step(self, step: _Step, inputs: list[np.ndarray]) -> list[np.ndarray]:
@@ -354,7 +530,10 @@ class NumpyExecutor(GraphExecutor):
                 f"{', '.join(sorted(feeds)) or 'none'}"
             )
         env: dict[str, np.ndarray] = {**self.parameters, **self._constants}
-        env.update((k, np.asarray(v)) for k, v in feeds.items())
+        # sequences (lists) and empty optionals (None) feed onnx.reference nodes as they are
+        env.update(
+            (k, v if v is None or isinstance(v, list) else np.asarray(v)) for k, v in feeds.items()
+        )
         bus = get_bus()
         traced = bus.wants(GRAPH_NODE + ".end")
         for step in self._steps[training]:
@@ -368,7 +547,7 @@ class NumpyExecutor(GraphExecutor):
                 if name:
                     env[name] = value
             if records is not None:
-                records.append(_Record(step, step.ops[self._key(args)], args, outs))  # type: ignore[arg-type]
+                records.append(_Record(step, self._operator(step, args), args, outs))  # type: ignore[arg-type]
             if training and step.op_type == "BatchNormalization" and len(outs) == 3:
                 for src, value in zip(step.inputs[3:5], outs[1:3], strict=True):
                     if isinstance(src, str):
@@ -403,6 +582,8 @@ class NumpyExecutor(GraphExecutor):
             step = rec.step
             if not any(o in grads for o in step.outputs):
                 continue
+            if rec.op.no_gradient and not rec.op.differentiable:
+                continue  # no gradient by design and no backward (ConstantOfShape)
             douts = [
                 grads[name]
                 if i < len(step.outputs) and (name := step.outputs[i]) in grads

@@ -17,6 +17,7 @@ one-line :class:`~d5core.api.UsageError` s.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -119,8 +120,12 @@ def _providers(device: str) -> tuple[list[Any], str, int]:
     raise UsageError(f"the onnxruntime executor runs on 'cpu' or 'cuda[:N]', not {device!r}")
 
 
-def _load_error(exc: BaseException, model: onnx.ModelProto) -> UsageError:
-    """The one-line error for a model ONNX Runtime refused to load."""
+def _load_error(
+    exc: BaseException, model: onnx.ModelProto, executor: GraphExecutor | None = None
+) -> UsageError:
+    """The one-line error for a model ONNX Runtime refused to load; for a missing
+    operator, it names the other installed executors that run it (``executor``'s
+    :meth:`~d5core.api.GraphExecutor.alternatives`)."""
     raw = str(exc)
     for pattern in (_NO_OP, _NO_KERNEL, _NOT_REGISTERED):
         found = pattern.search(raw)
@@ -130,9 +135,14 @@ def _load_error(exc: BaseException, model: onnx.ModelProto) -> UsageError:
             where.append(f"domain {parts.get('domain') or 'ai.onnx'}")
             if not parts["version"].startswith("-"):
                 where.append(f"opset {parts['version']}")
+            others = ""
+            if executor is not None:
+                op_type = parts["op"].rpartition(".")[2]
+                version = int(parts["version"]) if parts["version"].isdigit() else None
+                others = "; " + executor.alternatives(op_type, parts.get("domain") or "", version)
             return UsageError(
                 f"onnxruntime {ort.__version__} cannot run operator {parts['op']} "
-                f"({', '.join(where)}): no implementation registered"
+                f"({', '.join(where)}): no implementation registered{others}"
             )
     found = _OPSET_TOO_NEW.search(raw)
     if found:
@@ -143,6 +153,42 @@ def _load_error(exc: BaseException, model: onnx.ModelProto) -> UsageError:
             f"{found['max']}; the model imports opset {found['used']} for {listed}"
         )
     return UsageError(f"onnxruntime {ort.__version__} cannot load the model: {_one_line(exc)}")
+
+
+@functools.lru_cache(maxsize=1)
+def _cpu_kernels() -> dict[tuple[str, str], list[tuple[int, int]]]:
+    """ONNX Runtime's CPU kernels: (domain, operator) -> opset ranges."""
+    from onnxruntime.capi import _pybind_state
+
+    found: dict[tuple[str, str], list[tuple[int, int]]] = {}
+    for kernel in _pybind_state.get_all_opkernel_def():
+        if kernel.provider == "CPUExecutionProvider":
+            domain = "" if kernel.domain == "ai.onnx" else kernel.domain
+            low, high = kernel.version_range
+            found.setdefault((domain, kernel.op_name), []).append((int(low), int(high)))
+    return found
+
+
+@functools.lru_cache(maxsize=1024)
+def _ort_supports(op_type: str, domain: str, opset: int | None) -> bool:
+    if domain == "" and op_type == "Constant":
+        return True  # made an initializer when the session loads the graph
+    ranges = _cpu_kernels().get((domain, op_type))
+    if ranges and (opset is None or any(lo <= opset <= hi for lo, hi in ranges)):
+        return True
+    try:
+        schema = (
+            onnx.defs.get_schema(op_type, opset, domain)
+            if opset is not None
+            else onnx.defs.get_schema(op_type, domain=domain)
+        )
+    except Exception:  # onnx does not define it either
+        return False
+    # a function operator: ORT inlines its body (onnx's stubs lack these attributes)
+    return bool(
+        getattr(schema, "has_function", False)
+        or getattr(schema, "has_context_dependent_function", False)
+    )
 
 
 def profile_runs(events: list[dict[str, Any]]) -> list[list[tuple[str, str, str, float]]]:
@@ -183,6 +229,17 @@ class OnnxRuntimeExecutor(GraphExecutor):
     name: ClassVar[str] = "onnxruntime"
     trains: ClassVar[bool] = False
 
+    @classmethod
+    def supports(cls, op_type: str, domain: str = "", opset: int | None = None) -> bool:
+        """Whether ONNX Runtime has a CPU kernel for ``op_type`` of ``domain`` (at
+        ``opset``; any version when ``None``), or ONNX defines the operator as a function
+        (which ONNX Runtime inlines)."""
+        return _ort_supports(op_type, "" if domain == "ai.onnx" else domain, opset)
+
+    def check_supported(self) -> None:
+        """Nothing left to check: creating the session (in the constructor) already
+        refused, in one line, any operator ONNX Runtime cannot run."""
+
     def __init__(self, network: Any, *, device: str = "cpu", threads: int | None = None) -> None:
         super().__init__(network, device=device)
         self._model = _model_proto(getattr(self, "network", network))
@@ -206,7 +263,7 @@ class OnnxRuntimeExecutor(GraphExecutor):
             except Exception as exc:
                 found = _MAX_IR.search(str(exc))
                 if found is None or model is not self._model:
-                    raise _load_error(exc, self._model) from None
+                    raise _load_error(exc, self._model, self) from None
                 # An IR version newer than this ORT reads: run a copy stamped with the
                 # newest one it accepts (onnx.helper writes the newest by default).
                 model = onnx.ModelProto()

@@ -332,10 +332,7 @@ class TensorFlowExecutor(GraphExecutor, NativeTraining):
         }
         for node in self._graph.nodes:
             if node.op_type not in self.supported_ops:
-                raise UsageError(
-                    f"the {self.name} executor does not support operator {node.op_type!r} "
-                    f"(node {node.name!r})"
-                )
+                raise self.unsupported(node.op_type, node.name, node.domain)
             if not_tensors.intersection([*node.input, *node.output]):
                 raise UsageError(
                     f"the {self.name} executor does not support operator {node.op_type!r} on "
@@ -441,7 +438,10 @@ class TensorFlowExecutor(GraphExecutor, NativeTraining):
                 if variables
                 else []
             )
-            return outputs_of(traced.env), tuple(grads), dict(traced.stats)
+            # a gathered parameter (an embedding) gets IndexedSlices: made dense here, as
+            # every gradient is a tensor of its variable's shape
+            dense = tuple(tf.convert_to_tensor(g) for g in grads)
+            return outputs_of(traced.env), dense, dict(traced.stats)
 
         with tf.device(self.tf_device):
             function = tf.function(

@@ -18,8 +18,11 @@ from typing import Any
 import numpy as np
 import pytest
 from d5_plugin_tensorflow.operators import TensorFlowBackend, TensorFlowXLABackend
+from d5_plugin_tensorflow.ops.transformer import TRANSFORMER_OPERATORS
 
 from d5core.testing.operator_agreement import (
+    CORE_OPERATORS,
+    PROPERTIES,
     OperatorAgreementTests,
     assert_agrees_with_reference,
     distinct,
@@ -28,10 +31,24 @@ from d5core.testing.operator_agreement import (
 
 TF = TensorFlowBackend()
 XLA = TensorFlowXLABackend()
+#: The operators of convolutional networks; the transformer and recurrent ones have a
+#: kit subclass of their own (test_tf_transformer_ops.py).
+CNN_OPERATORS = sorted(set(TF.supported()) - {cls.op_type for cls in TRANSFORMER_OPERATORS})
 BACKENDS = pytest.mark.parametrize("backend", [TF, XLA], ids=lambda b: b.name)
 
 
-class TestTensorFlowAgreesWithTheReference(OperatorAgreementTests):
+class _CNNOperators(OperatorAgreementTests):
+    operators = CNN_OPERATORS
+
+    def test_backend_offers_the_declared_operators_and_each_has_a_property(self) -> None:
+        """This class and test_tf_transformer_ops.py's together cover every operator."""
+        transformer = {cls.op_type for cls in TRANSFORMER_OPERATORS}
+        assert set(self.backend.supported()) == set(CNN_OPERATORS) | transformer
+        assert set(self.backend.supported()) <= set(PROPERTIES)
+        assert set(CNN_OPERATORS) >= CORE_OPERATORS
+
+
+class TestTensorFlowAgreesWithTheReference(_CNNOperators):
     backend = TF
     examples = property_examples(10)
     default_problem_dtypes = ("float32",)
@@ -47,7 +64,7 @@ class TestTensorFlowAgreesWithTheReference(OperatorAgreementTests):
         return r"^\w+: TensorFlow's CPU .*use the tensorflow-xla backend$" if lacking else None
 
 
-class TestTensorFlowXLAAgreesWithTheReference(OperatorAgreementTests):
+class TestTensorFlowXLAAgreesWithTheReference(_CNNOperators):
     backend = XLA
     examples = property_examples(3, "D5_XLA_PROPERTY_EXAMPLES")
     default_problem_dtypes = ("float32",)

@@ -2,9 +2,22 @@
 
 :class:`TorchExecutor` translates an ONNX graph once into a list of native torch calls
 (``torch.nn.functional`` and tensor methods); every attribute, constant input and opset
-difference is resolved at translation, so a run executes only torch code. Parameters are
+difference is resolved at translation, so a run executes only torch code. An input that
+describes the result rather than feeding it (a Reshape's shape, Slice's starts, a
+reduction's axes) is read at translation when it is a constant or a non-trainable
+initializer, and otherwise from its tensor when the node runs (a shape the graph
+computes with Shape, Slice and Concat, as exported transformers do). Parameters are
 held as torch tensors (``requires_grad`` for the trainable ones); backprop is
 ``torch.autograd.grad`` of the loss with respect to them.
+
+The layers of the benchmark networks are translated in this module; the other
+operators (about 160 ONNX operator types in all: element-wise math, comparisons and bit
+operations, reductions, shape and indexing operators, normalizations, Attention,
+RotaryEmbedding, LSTM, GRU and RNN, Resize, quantization, signal windows and DFT,
+NonMaxSuppression, ...) by the groups of :mod:`d5_plugin_torch.graph_ops`, mixed into
+the translator. :attr:`TorchExecutor.supported_ops` lists exactly the translated ones.
+Element types torch has no tensors of (strings, int4, int2, float4) are refused in one
+line; bfloat16 and float8 arrays (ml_dtypes) travel in and out as such.
 
 Modes match the numpy reference executor: :meth:`~TorchExecutor.inference` runs Dropout
 as the identity and BatchNormalization with its running statistics;
@@ -32,6 +45,18 @@ import onnx
 import torch
 import torch.nn.functional as F
 
+from d5_plugin_torch.graph_ops.base import Fn, One, Tensor, to_numpy, to_torch
+from d5_plugin_torch.graph_ops.control import ControlOps
+from d5_plugin_torch.graph_ops.elementwise import ElementwiseOps
+from d5_plugin_torch.graph_ops.image import ImageOps
+from d5_plugin_torch.graph_ops.normalization import NormalizationOps
+from d5_plugin_torch.graph_ops.pool import PoolOps, dilated_average_pool
+from d5_plugin_torch.graph_ops.quantize import QuantizeOps
+from d5_plugin_torch.graph_ops.reduce import ReduceOps
+from d5_plugin_torch.graph_ops.resize import ResizeOps
+from d5_plugin_torch.graph_ops.sequence import SequenceOps
+from d5_plugin_torch.graph_ops.shape import ShapeOps
+from d5_plugin_torch.graph_ops.signal import SignalOps
 from d5_plugin_torch.ops._base import resolve_device
 from d5_plugin_torch.ops.normalization import reference_mask
 from d5core.api import (
@@ -50,13 +75,9 @@ from d5core.api import (
 
 __all__ = ["DeviceCorrectCounter", "TorchExecutor"]
 
-Tensor = torch.Tensor
-#: A translated node: a function of its input tensors returning its output tensors.
-Fn = Callable[..., Sequence[Tensor]]
-#: A function of tensors returning one tensor (wrapped into an ``Fn``).
-One = Callable[..., Tensor]
-
 _CONSTANTS = frozenset({"Constant", "ConstantOfShape"})
+#: The domains of ONNX's own operators, the only ones translated.
+_DEFAULT_DOMAINS = frozenset({"", "ai.onnx"})
 
 
 @dataclass
@@ -196,25 +217,24 @@ _MAXPOOL = {1: F.max_pool1d, 2: F.max_pool2d, 3: F.max_pool3d}
 _AVGPOOL = {1: F.avg_pool1d, 2: F.avg_pool2d, 3: F.avg_pool3d}
 
 
-class _Translator:
-    """Builds the torch function of one node; static inputs come from ``constants``."""
+class _Translator(
+    ElementwiseOps,
+    ReduceOps,
+    ShapeOps,
+    NormalizationOps,
+    SequenceOps,
+    QuantizeOps,
+    ResizeOps,
+    ImageOps,
+    PoolOps,
+    SignalOps,
+    ControlOps,
+):
+    """Builds the torch function of one node; static inputs come from ``constants``.
 
-    def __init__(self, executor: TorchExecutor, training: bool) -> None:
-        self.ex, self.training, self.opset = executor, training, executor._graph.opset
-
-    def static(self, node: onnx.NodeProto, index: int) -> np.ndarray | None:
-        if index >= len(node.input) or not node.input[index]:
-            return None
-        name = node.input[index]
-        if name in self.ex._constants:
-            return self.ex._constants[name]
-        param = self.ex._graph.parameters.get(name)
-        if param is not None and name not in self.ex._trainable_set:
-            return param
-        raise UsageError(
-            f"node {node.name!r} ({node.op_type}): input {index} ({name!r}) must be a "
-            f"constant for the torch executor"
-        )
+    The operator groups live in :mod:`d5_plugin_torch.graph_ops`; the layers the
+    benchmark networks are made of are translated here.
+    """
 
     def translate(self, node: onnx.NodeProto) -> tuple[Fn, list[str]]:
         """The function and the names of the tensor inputs it takes."""
@@ -225,12 +245,6 @@ class _Translator:
         return method(node, a)
 
     # each op_* returns (fn, tensor input names)
-
-    def _unary(self, node: onnx.NodeProto, fn: One) -> tuple[Fn, list[str]]:
-        return (lambda x: (fn(x),)), [node.input[0]]
-
-    def _binary(self, node: onnx.NodeProto, fn: One) -> tuple[Fn, list[str]]:
-        return (lambda x, y: (fn(x, y),)), list(node.input[:2])
 
     def op_Relu(self, node: onnx.NodeProto, a: dict[str, Any]) -> tuple[Fn, list[str]]:
         return self._unary(node, F.relu)
@@ -335,26 +349,36 @@ class _Translator:
         return conv, [i for i in node.input if i]
 
     def op_ConvTranspose(self, node: onnx.NodeProto, a: dict[str, Any]) -> tuple[Fn, list[str]]:
-        if a.get("output_shape") is not None or a.get("auto_pad", "NOTSET") != "NOTSET":
-            raise UsageError(
-                f"node {node.name!r} (ConvTranspose): output_shape and auto_pad are not "
-                "supported by the torch executor; give pads"
-            )
         group = int(a.get("group", 1))
+        auto_pad = str(a.get("auto_pad", "NOTSET"))
+        output_shape = a.get("output_shape")
 
         def convt(x: Tensor, w: Tensor, b: Tensor | None = None) -> tuple[Tensor]:
             n = w.dim() - 2
-            pads = list(a.get("pads") or [0] * 2 * n)
-            begins, ends = pads[:n], pads[n:]
-            extra = [e - s for s, e in zip(begins, ends, strict=True)]
-            y = _CONV_T[n](x, w, b, list(a.get("strides") or [1] * n), 0,
+            strides = list(a.get("strides") or [1] * n)
+            y = _CONV_T[n](x, w, b, strides, 0,
                            list(a.get("output_padding") or [0] * n), group,
                            list(a.get("dilations") or [1] * n))  # fmt: skip
-            # crop ONNX pads (begin/end) from the full output
-            index = [slice(None), slice(None)] + [
-                slice(s, y.shape[2 + i] - s - extra[i]) for i, s in enumerate(begins)
-            ]
-            return (y[tuple(index)],)
+            full = list(y.shape[2:])
+            if auto_pad in ("SAME_UPPER", "SAME_LOWER"):  # the output is input * strides
+                target = (
+                    list(output_shape)[-n:]
+                    if output_shape is not None
+                    else [x.shape[2 + i] * strides[i] for i in range(n)]
+                )
+                total = [f - t for f, t in zip(full, target, strict=True)]
+                upper = auto_pad == "SAME_UPPER"
+                begins = [t // 2 if upper else t - t // 2 for t in total]
+                ends = [t - s for t, s in zip(total, begins, strict=True)]
+            else:
+                pads = list(a.get("pads") or [0] * 2 * n)
+                begins, ends = pads[:n], pads[n:]
+                if output_shape is not None:  # cut (or zero-fill) the end to the shape
+                    target = list(output_shape)[-n:]
+                    ends = [f - s - t for f, s, t in zip(full, begins, target, strict=True)]
+            # crop ONNX pads (begin/end) from the full output; a negative one pads
+            crop = [p for i in reversed(range(n)) for p in (-begins[i], -ends[i])]
+            return (F.pad(y, crop) if any(crop) else y,)
 
         return convt, [i for i in node.input if i]
 
@@ -413,10 +437,7 @@ class _Translator:
         ceil = bool(int(a.get("ceil_mode", 0)))
         include = bool(int(a.get("count_include_pad", 0)))
         if any(d != 1 for d in a.get("dilations") or [1] * n):
-            raise UsageError(
-                f"node {node.name!r} (AveragePool): dilations are not supported by the "
-                "torch executor"
-            )
+            return self._unary(node, lambda x: dilated_average_pool(a, x))
         strides = list(a.get("strides") or [1] * n)
 
         plans: dict[Any, tuple[list[int], list[int] | None]] = {}  # by input shape
@@ -449,6 +470,10 @@ class _Translator:
     ) -> tuple[Fn, list[str]]:
         eps, m = float(a.get("epsilon", 1e-5)), float(a.get("momentum", 0.9))
         names = list(node.input[:5])
+        with_statistics = len([o for o in node.output if o]) > 1
+        if int(a.get("training_mode", 0)) and (with_statistics or not self.training):
+            # the node itself asks for batch statistics (opset 14), in every mode
+            return self._batch_norm_with_statistics(eps, m), names
         if not self.training:
             return (
                 lambda x, s, b, mu, var: (F.batch_norm(x, mu, var, s, b, False, 0.0, eps),)
@@ -484,18 +509,38 @@ class _Translator:
 
         return bn_train, names
 
+    @staticmethod
+    def _batch_norm_with_statistics(eps: float, m: float) -> Fn:
+        """A BatchNormalization node in training mode (opset 14) whose running mean and
+        variance are outputs: normalised with the batch statistics, in both modes."""
+
+        def bn(x: Tensor, s: Tensor, b: Tensor, mu: Tensor, var: Tensor) -> tuple[Tensor, ...]:
+            axes = [0, *range(2, x.dim())]
+            shape = [1, -1] + [1] * (x.dim() - 2)
+            bmean, bvar = x.mean(dim=axes), x.var(dim=axes, unbiased=False)
+            y = (x - bmean.reshape(shape)) * (s * torch.rsqrt(bvar + eps)).reshape(shape)
+            return y + b.reshape(shape), mu * m + bmean * (1 - m), var * m + bvar * (1 - m)
+
+        return bn
+
     def op_Dropout(self, node: onnx.NodeProto, a: dict[str, Any]) -> tuple[Fn, list[str]]:
         with_mask = len(node.output) > 1 and bool(node.output[1])
-        ratio = self._dropout_ratio(node, a) if self.training else 0.0
-        if ratio == 0.0:
+        known, given = self.known(node, 1)
+        if not self.training or (known and self._dropout_ratio(node, a, given) == 0.0):
             if not with_mask:
                 return self._unary(node, lambda x: x)
             return (lambda x: (x, torch.ones_like(x, dtype=torch.bool))), [node.input[0]]
         seed = int(a.get("seed", 0))
+        fixed = self._dropout_ratio(node, a, given) if known else None
         masks: dict[tuple[Any, ...], tuple[Tensor, Tensor]] = {}
 
-        def dropout(x: Tensor) -> tuple[Tensor, ...]:
-            key = (tuple(x.shape), x.dtype, x.device)
+        def dropout(x: Tensor, r: Tensor | None = None) -> tuple[Tensor, ...]:
+            if fixed is None:
+                assert r is not None  # an unknown ratio is an input
+                ratio = self._dropout_ratio(node, a, to_numpy(r))
+            else:
+                ratio = fixed
+            key = (tuple(x.shape), x.dtype, x.device, ratio)
             found = masks.get(key)
             if found is None:  # drawn once per shape, as the reference draws it
                 keep = reference_mask(tuple(x.shape), ratio, seed)
@@ -504,25 +549,16 @@ class _Translator:
             scaled, mask = found
             return (x * scaled, mask) if with_mask else (x * scaled,)
 
-        return dropout, [node.input[0]]
+        return dropout, ([node.input[0]] if known else list(node.input[:2]))
 
-    def _dropout_ratio(self, node: onnx.NodeProto, a: dict[str, Any]) -> float:
-        """The ratio of a Dropout node: its constant input, else its attribute (0.5)."""
-        given = self.static(node, 1)
+    def _dropout_ratio(
+        self, node: onnx.NodeProto, a: dict[str, Any], given: np.ndarray | None
+    ) -> float:
+        """The ratio of a Dropout node: its input's value, else its attribute (0.5)."""
         ratio = float(given.reshape(-1)[0]) if given is not None else float(a.get("ratio", 0.5))
         if not 0.0 <= ratio < 1.0:
             raise UsageError(f"node {node.name!r} (Dropout): ratio must lie in [0, 1), not {ratio}")
         return ratio
-
-    def op_Reshape(self, node: onnx.NodeProto, a: dict[str, Any]) -> tuple[Fn, list[str]]:
-        target = [int(d) for d in np.asarray(self.static(node, 1)).reshape(-1)]
-        allowzero = bool(int(a.get("allowzero", 0)))
-
-        def reshape(x: Tensor) -> tuple[Tensor]:
-            shape = [x.shape[i] if d == 0 and not allowzero else d for i, d in enumerate(target)]
-            return (x.reshape(shape),)
-
-        return reshape, [node.input[0]]
 
     def op_Flatten(self, node: onnx.NodeProto, a: dict[str, Any]) -> tuple[Fn, list[str]]:
         axis = int(a.get("axis", 1))
@@ -543,32 +579,9 @@ class _Translator:
         axis = int(a["axis"])
         return (lambda *xs: (torch.cat(xs, dim=axis),)), list(node.input)
 
-    def _axes(self, node: onnx.NodeProto, a: dict[str, Any]) -> list[int] | None:
-        if "axes" in a:
-            return [int(v) for v in a["axes"]]
-        value = self.static(node, 1)
-        return None if value is None else [int(v) for v in np.asarray(value).reshape(-1)]
-
-    def op_Squeeze(self, node: onnx.NodeProto, a: dict[str, Any]) -> tuple[Fn, list[str]]:
-        axes = self._axes(node, a)
-
-        def squeeze(x: Tensor) -> Tensor:
-            dims = axes if axes is not None else [i for i, d in enumerate(x.shape) if d == 1]
-            return x.squeeze(tuple(d % x.dim() for d in dims)) if dims else x
-
-        return self._unary(node, squeeze)
-
-    def op_Unsqueeze(self, node: onnx.NodeProto, a: dict[str, Any]) -> tuple[Fn, list[str]]:
-        axes = self._axes(node, a) or []
-
-        def unsqueeze(x: Tensor) -> Tensor:
-            rank = x.dim() + len(axes)
-            shape = list(x.shape)
-            for d in sorted(ax % rank for ax in axes):
-                shape.insert(d, 1)
-            return x.reshape(shape)
-
-        return self._unary(node, unsqueeze)
+    def op_Constant(self, node: onnx.NodeProto, a: dict[str, Any]) -> tuple[Fn, list[str]]:
+        value = torch.as_tensor(constant_value(node, []), device=self.ex.torch_device)
+        return (lambda: (value,)), []
 
     def op_LRN(self, node: onnx.NodeProto, a: dict[str, Any]) -> tuple[Fn, list[str]]:
         size = int(a["size"])
@@ -685,7 +698,7 @@ class TorchExecutor(GraphExecutor, NativeTraining):
     trains: ClassVar[bool] = True
     #: Every operator type the executor translates.
     supported_ops: ClassVar[frozenset[str]] = (
-        frozenset(n[3:] for n in vars(_Translator) if n.startswith("op_")) | _CONSTANTS
+        frozenset(n[3:] for n in dir(_Translator) if n.startswith("op_"))
     )
 
     def __init__(self, network: Any, *, device: str = "cpu") -> None:
@@ -701,7 +714,7 @@ class TorchExecutor(GraphExecutor, NativeTraining):
         self._params: dict[str, Tensor] = {}
         self.set_parameters(self._graph.parameters, _initial=True)
         self._const_tensors = {
-            k: torch.tensor(np.ascontiguousarray(v), device=self.torch_device)
+            k: to_torch(v, self.torch_device, copy=True)
             for k, v in self._constants.items()
         }
         self._steps = {t: self._translate(t) for t in (False, True)}
@@ -709,38 +722,42 @@ class TorchExecutor(GraphExecutor, NativeTraining):
 
     # -- construction ----------------------------------------------------------
 
+    @classmethod
+    def supports(cls, op_type: str, domain: str = "", opset: int | None = None) -> bool | None:
+        """Whether the executor translates ``op_type``: only operators of ONNX's default
+        domain, those of :attr:`supported_ops`."""
+        return domain in _DEFAULT_DOMAINS and op_type in cls.supported_ops
+
     def check_supported(self) -> None:
         """Raise a one-line :class:`UsageError` naming the first unsupported node."""
         for node in self._graph.nodes:
-            if node.op_type not in self.supported_ops:
-                raise UsageError(
-                    f"the {self.name} executor does not support operator {node.op_type!r} "
-                    f"(node {node.name!r})"
-                )
+            if not self.supports(node.op_type, node.domain):
+                raise self.unsupported(node.op_type, node.name, node.domain)
 
     def _fold_constants(self) -> None:
-        """Evaluate Constant/ConstantOfShape nodes (whose inputs are constant) once."""
+        """Evaluate once the Constant nodes, and the ConstantOfShape nodes whose shape
+        is a constant or a non-trainable initializer (the others run as torch code)."""
         params = self._graph.parameters
         for node in self._graph.nodes:
             if node.op_type not in _CONSTANTS:
                 continue
             values = []
             for name in (i for i in node.input if i):
-                value = self._constants.get(name, params.get(name))
+                value = self._constants.get(name)
+                if value is None and name not in self._trainable_set:
+                    value = params.get(name)
                 if value is None:
-                    raise UsageError(
-                        f"node {node.name!r} ({node.op_type}): input {name!r} must be a "
-                        "constant for the torch executor"
-                    )
+                    break
                 values.append(value)
-            self._constants[node.output[0]] = constant_value(node, values)
+            else:
+                self._constants[node.output[0]] = constant_value(node, values)
 
     def _translate(self, training: bool) -> list[_Step]:
         translator = _Translator(self, training)
         steps = []
         for node in self._graph.nodes:
-            if node.op_type in _CONSTANTS:
-                continue
+            if node.op_type in _CONSTANTS and node.output[0] in self._constants:
+                continue  # folded
             try:
                 fn, inputs = translator.translate(node)
             except UsageError as exc:
@@ -766,7 +783,7 @@ class TorchExecutor(GraphExecutor, NativeTraining):
         return {
             k: v
             if isinstance(v, Tensor)
-            else torch.as_tensor(np.ascontiguousarray(v), device=self.torch_device)
+            else to_torch(v, self.torch_device)
             for k, v in feeds.items()
         }
 
@@ -830,7 +847,7 @@ class TorchExecutor(GraphExecutor, NativeTraining):
         return env
 
     def _outputs(self, env: Mapping[str, Tensor]) -> dict[str, np.ndarray]:
-        return {n: env[n].detach().cpu().numpy() for n in self._graph.outputs}
+        return {n: to_numpy(env[n]) for n in self._graph.outputs}
 
     def _inference_callable(self, tensors: dict[str, Tensor]) -> Callable[[], dict[str, Tensor]]:
         plan = self._plan(False)
@@ -965,7 +982,7 @@ class TorchExecutor(GraphExecutor, NativeTraining):
                 with torch.no_grad():
                     old.copy_(torch.as_tensor(array, dtype=old.dtype))
                 continue
-            t = torch.tensor(np.ascontiguousarray(array), device=self.torch_device)
+            t = to_torch(array, self.torch_device, copy=True)
             if name in self._trainable_set and t.is_floating_point():
                 t.requires_grad_(True)
             self._params[name] = t

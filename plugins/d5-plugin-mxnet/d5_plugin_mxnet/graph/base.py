@@ -47,12 +47,28 @@ class Context:
     :param constant: makes a constant tensor from a key (unique within the node) and a
         numpy array: an ``NDArray`` imperatively, a variable fed with the array in a
         symbol.
+    :param values: the value of every input known when the graph is built (constants,
+        initializers that are not trained, feeds read as static values, and what is
+        computed from those and from shapes), with ONNX's own shape (MXNet has no
+        rank-0 tensors; these arrays tell a scalar from a vector of one); ``None`` where
+        the value is not known. Empty when the caller tells none.
     """
 
     F: Any
     shapes: list[Shape]
     dtypes: list[np.dtype[Any] | None]
     constant: Callable[[str, npt.NDArray[Any]], Any]
+    values: list[npt.NDArray[Any] | None] = field(default_factory=list)
+
+    def value(self, index: int) -> npt.NDArray[Any] | None:
+        """The known value of input ``index``, ``None`` when it is not known."""
+        return self.values[index] if index < len(self.values) else None
+
+    def rank(self, index: int) -> int:
+        """ONNX's rank of input ``index``: that of its known value where there is one
+        (a scalar), else that of its MXNet shape."""
+        known = self.value(index)
+        return known.ndim if known is not None else len(self.shapes[index])
 
     @property
     def symbolic(self) -> bool:
@@ -82,7 +98,11 @@ class Translated:
 
 @dataclass
 class Step:
-    """One node of a translated graph."""
+    """One node of a translated graph.
+
+    :param node: the ONNX node, for folding it when every input is known (see
+        :func:`~.program.run_steps`); ``None`` for a step that is never folded.
+    """
 
     name: str
     op_type: str
@@ -90,6 +110,7 @@ class Step:
     inputs: list[str]
     outputs: list[str]
     aux: tuple[int, ...] = field(default=())
+    node: onnx.NodeProto | None = None
 
 
 def node_error(node: onnx.NodeProto, message: str) -> UsageError:

@@ -7,23 +7,55 @@ shapes, and it is what ``--breakdown`` times node by node (``each`` wraps every 
 :func:`compile_symbol` makes the ``CachedOp``: static memory and static shapes, the
 flags of ``HybridBlock.hybridize(static_alloc=True, static_shape=True)``, and the feeds
 told apart from the parameters, as Gluon tells them.
+
+Folding: values known when the graph is compiled (constants, fixed integer initializers,
+feeds read as static values, and the shapes Shape and Size read) are kept as numpy
+arrays with ONNX's shapes. A node whose inputs are all known is computed once, by the
+onnx package's reference evaluator, and its outputs become constants of the graph; so a
+shape computed by Shape, Gather and Concat nodes (as exporters write one) is known to
+the Reshape that needs it, and a causal mask built from Range and Less is a constant.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+import onnx
 
 from d5_plugin_mxnet._mx import mxnet
 from d5_plugin_mxnet.graph.base import Context, Shape, Step
 from d5core.api import UsageError
 
-__all__ = ["CompiledGraph", "build_symbol", "compile_symbol", "run_steps"]
+__all__ = [
+    "NEVER_FOLDED",
+    "CompiledGraph",
+    "build_symbol",
+    "compile_symbol",
+    "fold_node",
+    "run_steps",
+]
+
+#: Operators never folded: what they compute depends on the mode or on chance.
+NEVER_FOLDED = frozenset(
+    {
+        "Dropout",
+        "BatchNormalization",
+        "RandomNormal",
+        "RandomUniform",
+        "RandomNormalLike",
+        "RandomUniformLike",
+        "Bernoulli",
+        "Multinomial",
+    }
+)
+#: Operators folded from the shape of their input alone.
+_SHAPE_READERS = frozenset({"Shape", "Size"})
 
 #: Flags of every CachedOp the executor makes.
 CACHED_OP_FLAGS = (("static_alloc", True), ("static_shape", True))
@@ -38,22 +70,110 @@ def _first_line(exc: BaseException) -> str:
     return lines[-1] if lines else type(exc).__name__
 
 
+def _mx_array(value: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    """A known value as MXNet holds it: bool as uint8, a scalar as a vector of one."""
+    if value.dtype == np.bool_:
+        value = value.astype(np.uint8)
+    return value.reshape(1) if value.ndim == 0 else value
+
+
+def _fold_key(output: str, value: npt.NDArray[Any]) -> str:
+    """The node-constant key of a folded output with this value."""
+    digest = hashlib.sha1(value.tobytes()).hexdigest()[:16]
+    return f"fold:{output}:{value.dtype.str}{value.shape}:{digest}"
+
+
+def fold_node(node: onnx.NodeProto, inputs: Sequence[Any], opset: int) -> list[npt.NDArray[Any]]:
+    """The outputs of ``node`` computed by the onnx reference evaluator from ``inputs``
+    (numpy arrays, ``None`` for absent optional inputs).
+
+    :raises UsageError: naming the node, when the evaluator fails.
+    """
+    from onnx.reference import ReferenceEvaluator
+
+    names = [n for n in node.input if n]
+    graph = onnx.helper.make_graph(
+        [node],
+        "fold",
+        [onnx.helper.make_tensor_value_info(n, 0, None) for n in names],
+        [onnx.helper.make_tensor_value_info(n, 0, None) for n in node.output if n],
+    )
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", opset)])
+    feeds = {n: v for n, v in zip(node.input, inputs, strict=False) if n}
+    try:
+        outs = ReferenceEvaluator(model).run(None, feeds)
+    except Exception as exc:  # the evaluator's errors have no common type
+        raise UsageError(
+            f"node {node.name!r} ({node.op_type}): cannot compute it from known values: "
+            f"{str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}"
+        ) from None
+    return [np.asarray(o) for o in outs]
+
+
+def _folded(
+    step: Step, known: Mapping[str, npt.NDArray[Any]], shapes: Sequence[Shape], opset: int
+) -> list[npt.NDArray[Any]] | None:
+    """The outputs of ``step`` when it can be folded (``None`` when it cannot)."""
+    node = step.node
+    if node is None or step.op_type in NEVER_FOLDED:
+        return None
+    given = [n for n in node.input if n]
+    if step.op_type in _SHAPE_READERS and given and given[0] not in known:
+        # only the shape is read: a vector of the dimensions (MXNet's shape)
+        source = np.zeros(tuple(shapes[step.inputs.index(given[0])]), np.int8)
+        return fold_node(node, [source], opset)
+    if not all(n in known for n in given):
+        return None
+    return fold_node(node, [known[n] if n else None for n in node.input], opset)
+
+
 def run_steps(
     steps: Sequence[Step],
     env: dict[str, Any],
     constants: dict[tuple[str, str], Any],
     *,
     each: Callable[[Step], AbstractContextManager[Any]] | None = None,
+    known: dict[str, npt.NDArray[Any]] | None = None,
+    opset: int = 0,
 ) -> dict[str, Any]:
     """Run ``steps`` on the ``NDArray``s of ``env`` (updated in place and returned).
 
     :param constants: the node constants made so far, by (node, key); new ones are added.
     :param each: a context manager entered around every node (``--breakdown``'s span).
+    :param known: the values known now, by name (updated in place with the outputs of
+        the steps folded); ``None`` folds nothing.
+    :param opset: the graph's opset, for folding.
     :raises UsageError: naming the node MXNet refused.
     """
     mx = mxnet()
     for step in steps:
-        xs = [env[n] for n in step.inputs]
+        missing = [n for n in step.inputs if n not in env]
+        if missing and known is not None and all(n in known for n in missing):
+            if _folded(step, known, [], opset) is None:  # as a tensor: MXNet cannot
+                raise UsageError(
+                    f"node {step.name!r} ({step.op_type}): its input {missing[0]!r} is "
+                    "empty, and MXNet 1.9.1 has no zero-size tensors"
+                )
+            xs = []
+        else:
+            xs = [env[n] for n in step.inputs]
+        shapes = [tuple(x.shape) for x in xs]
+        if known is not None:
+            outs_known = _folded(step, known, shapes, opset)
+            if outs_known is not None:
+                for name, value in zip(step.outputs, outs_known, strict=False):
+                    if not name:
+                        continue
+                    known[name] = value
+                    if value.size == 0:  # known, but MXNet has no zero-size tensors
+                        continue
+                    key = (step.name, _fold_key(name, value))
+                    found = constants.get(key)
+                    if found is None:
+                        array = _mx_array(value)
+                        found = constants[key] = mx.nd.array(array, dtype=array.dtype)
+                    env[name] = found
+                continue
 
         def constant(key: str, value: npt.NDArray[Any], node: str = step.name) -> Any:
             found = constants.get((node, key))
@@ -61,9 +181,8 @@ def run_steps(
                 found = constants[(node, key)] = mx.nd.array(value, dtype=value.dtype)
             return found
 
-        ctx = Context(
-            mx.nd, [tuple(x.shape) for x in xs], [np.dtype(x.dtype) for x in xs], constant
-        )
+        values = [None if known is None else known.get(n) for n in step.inputs]
+        ctx = Context(mx.nd, shapes, [np.dtype(x.dtype) for x in xs], constant, values)
         with each(step) if each is not None else nullcontext():
             try:
                 outs = step.fn(ctx, xs)
@@ -83,12 +202,15 @@ class CompiledGraph:
     :param inputs: the names of its inputs, in the order it takes them.
     :param outputs: the names of its outputs, in order.
     :param constants: the arrays of the node constants among ``inputs``.
+    :param known: the values known when it was compiled (folding runs node by node
+        start from them).
     """
 
     op: Any
     inputs: list[str]
     outputs: list[str]
     constants: dict[str, Any]
+    known: dict[str, npt.NDArray[Any]] = field(default_factory=dict)
 
 
 def build_symbol(
@@ -97,12 +219,15 @@ def build_symbol(
     dtypes: Mapping[str, np.dtype[Any]],
     outputs: Sequence[str],
     node_constants: Mapping[tuple[str, str], Any],
+    known: Mapping[str, npt.NDArray[Any]] | None = None,
 ) -> tuple[Any, dict[str, Any]]:
     """The symbol computing ``outputs`` and the arrays of the node constants it reads.
 
     ``shapes`` and ``dtypes`` are those of every value, from :func:`run_steps` on the
-    same feeds; ``node_constants`` the constants that run made.
+    same feeds; ``node_constants`` the constants that run made, and ``known`` the values
+    it knew (steps it folded read their outputs from its constants).
     """
+    known = known or {}
     mx = mxnet()
     env: dict[str, Any] = {}
     variables: set[int] = set()
@@ -117,6 +242,12 @@ def build_symbol(
 
     with mx.name.Prefix("d5_"):
         for step in steps:
+            if step.node is not None and all(o in known for o in step.outputs if o):
+                for name in (o for o in step.outputs if o and known[o].size):
+                    key = _fold_key(name, known[name])
+                    fed[f"{step.name}/{key}"] = node_constants[(step.name, key)]
+                    env[name] = value(f"{step.name}/{key}")
+                continue
 
             def constant(key: str, array: npt.NDArray[Any], node: str = step.name) -> Any:
                 name = f"{node}/{key}"
@@ -128,6 +259,7 @@ def build_symbol(
                 [tuple(shapes[n]) for n in step.inputs],
                 [dtypes[n] for n in step.inputs],
                 constant,
+                [known.get(n) for n in step.inputs],
             )
             outs = step.fn(ctx, [value(n) for n in step.inputs])
             env.update((name, v) for name, v in zip(step.outputs, outs, strict=False) if name)

@@ -10,6 +10,7 @@ from d5_plugin_mxnet.ops.loss import MeanSquaredError, SoftmaxCrossEntropyLoss
 from d5_plugin_mxnet.ops.normalization import BatchNormalization, Dropout
 from d5_plugin_mxnet.ops.pool import AveragePool, GlobalAveragePool, MaxPool
 from d5_plugin_mxnet.ops.shape import Concat, Flatten, Reshape, Squeeze, Transpose, Unsqueeze
+from d5_plugin_mxnet.ops.transformer import TRANSFORMER_OPERATORS, TranslatedOperator
 
 #: Every operator class, in the order the README lists them.
 OPERATOR_CLASSES: tuple[type[MXNetOperator], ...] = (
@@ -42,6 +43,7 @@ OPERATOR_CLASSES: tuple[type[MXNetOperator], ...] = (
     Identity,
     SoftmaxCrossEntropyLoss,
     MeanSquaredError,
+    *TRANSFORMER_OPERATORS,
 )
 
 __all__ = [
@@ -76,6 +78,7 @@ __all__ = [
     "Sub",
     "Sum",
     "Tanh",
+    "TranslatedOperator",
     "Transpose",
     "Unsqueeze",
 ]

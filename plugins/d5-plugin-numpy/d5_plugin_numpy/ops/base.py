@@ -16,15 +16,32 @@ import numpy as np
 from d5core.api import Operator, TensorDescriptor, UsageError
 
 __all__ = [
+    "ANY_DTYPES",
     "FLOAT_DTYPES",
+    "INTEGER_DTYPES",
+    "NUMERIC_DTYPES",
     "ReferenceOperator",
     "as_ints",
     "as_str",
+    "is_float",
     "unbroadcast",
 ]
 
 #: Element types of the reference backend.
 FLOAT_DTYPES: tuple[str, ...] = ("float32", "float64")
+#: Integer element types, which operators that index or compute shapes also accept.
+INTEGER_DTYPES: tuple[str, ...] = (
+    "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+)  # fmt: skip
+#: The float and integer types: what comparisons and shape arithmetic accept.
+NUMERIC_DTYPES: tuple[str, ...] = FLOAT_DTYPES + INTEGER_DTYPES
+#: Every element type an operator that only moves or inspects data accepts.
+ANY_DTYPES: tuple[str, ...] = ("float16", *NUMERIC_DTYPES, "bool")
+
+
+def is_float(x: np.ndarray) -> bool:
+    """Whether ``x`` holds floating-point values (the ones that get gradients)."""
+    return bool(np.issubdtype(np.asarray(x).dtype, np.floating))
 
 
 def as_ints(value: Any, what: str) -> tuple[int, ...]:
@@ -63,8 +80,16 @@ class ReferenceOperator(Operator):
     integer_inputs: ClassVar[frozenset[int]] = frozenset()
     #: Positions of inputs of any dtype (``Dropout``'s ``training_mode`` flag).
     any_dtype_inputs: ClassVar[frozenset[int]] = frozenset()
+    #: Positions of inputs that must hold booleans (``Where``'s condition).
+    bool_inputs: ClassVar[frozenset[int]] = frozenset()
+    #: Element types the other inputs may hold (they must all share one). Only floats by
+    #: default; operators that move data or compute shapes accept more.
+    data_dtypes: ClassVar[tuple[str, ...]] = FLOAT_DTYPES
     #: Every attribute the operator takes, with its ONNX default.
     defaults: ClassVar[Mapping[str, Any]] = MappingProxyType({})
+    #: Whether an optional input before the last given one may be ``None`` (absent; ONNX
+    #: writes an empty name): in ``check_inputs``, ``forward`` and ``backward``.
+    absent_inputs: ClassVar[bool] = False
 
     def __init__(self, attributes: Mapping[str, Any] | None = None) -> None:
         super().__init__(attributes)
@@ -107,15 +132,25 @@ class ReferenceOperator(Operator):
                 if not np.issubdtype(dt, np.integer):
                     raise UsageError(f"{self.input_name(i)} must hold integers, not {desc.dtype}")
                 continue
-            if dt.name not in FLOAT_DTYPES:
+            if i in self.bool_inputs:
+                if dt != np.bool_:
+                    raise UsageError(f"{self.input_name(i)} must hold booleans, not {desc.dtype}")
+                continue
+            if dt.name not in self.data_dtypes:
+                if self.data_dtypes == FLOAT_DTYPES:
+                    raise UsageError(
+                        f"{self.input_name(i)} has dtype {desc.dtype}; the numpy backend "
+                        f"supports {', '.join(FLOAT_DTYPES)}"
+                    )
                 raise UsageError(
-                    f"{self.input_name(i)} has dtype {desc.dtype}; the numpy backend "
-                    f"supports {', '.join(FLOAT_DTYPES)}"
+                    f"{self.input_name(i)} has dtype {desc.dtype}; {self.op_type} takes "
+                    f"{', '.join(self.data_dtypes)}"
                 )
             if float_dtype is not None and dt.name != float_dtype:
+                kind = "floating" if self.data_dtypes == FLOAT_DTYPES else "data"
                 raise UsageError(
                     f"{self.input_name(i)} has dtype {desc.dtype} but earlier inputs "
-                    f"have {float_dtype}; give all floating inputs one dtype"
+                    f"have {float_dtype}; give all {kind} inputs one dtype"
                 )
             float_dtype = dt.name
         self.check_shapes([tuple(d.shape) for d in inputs])

@@ -1,6 +1,10 @@
 """Element-wise arithmetic with numpy (multidirectional) broadcasting: Add, Sub, Mul, Div
 and the variadic Sum. Backward sums each gradient over the axes its input was
-broadcast along."""
+broadcast along.
+
+Add, Sub, Mul and Div also take integer operands (of one dtype), as the shape
+arithmetic of exported graphs needs; integer Div truncates toward zero, as ONNX's does,
+and integer operands get no gradient."""
 
 from __future__ import annotations
 
@@ -8,7 +12,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from d5_plugin_numpy.ops.base import ReferenceOperator, unbroadcast
+from d5_plugin_numpy.ops.base import NUMERIC_DTYPES, ReferenceOperator, is_float, unbroadcast
+from d5core.api import UsageError
 
 __all__ = ["Add", "Div", "Mul", "Sub", "Sum"]
 
@@ -16,6 +21,7 @@ __all__ = ["Add", "Div", "Mul", "Sub", "Sum"]
 class _Binary(ReferenceOperator):
     input_names = ("A", "B")
     min_inputs = 2
+    data_dtypes = NUMERIC_DTYPES
 
     def check_shapes(self, shapes: Sequence[tuple[int, ...]]) -> None:
         self.require_broadcastable(shapes)
@@ -33,6 +39,8 @@ class _Binary(ReferenceOperator):
         outputs: Sequence[np.ndarray],
     ) -> list[np.ndarray | None]:
         a, b = inputs[0], inputs[1]
+        if not is_float(a):
+            return [None, None]
         da, db = self.partials(a, b, np.asarray(grad_outputs[0], dtype=a.dtype))
         return [unbroadcast(da, a.shape).astype(a.dtype), unbroadcast(db, b.shape).astype(b.dtype)]
 
@@ -85,7 +93,13 @@ class Div(_Binary):
     op_type = "Div"
 
     def forward(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-        return [np.divide(inputs[0], inputs[1])]
+        a, b = inputs[0], inputs[1]
+        if not is_float(a):
+            if np.any(b == 0):
+                raise UsageError("Div by an integer zero; integer division needs nonzero B")
+            quotient = np.abs(a) // np.abs(b)
+            return [(np.sign(a) * np.sign(b) * quotient).astype(a.dtype)]
+        return [np.divide(a, b)]
 
     def partials(
         self, a: np.ndarray, b: np.ndarray, dy: np.ndarray

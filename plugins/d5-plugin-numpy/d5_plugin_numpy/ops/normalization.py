@@ -1,17 +1,19 @@
-"""BatchNormalization (ONNX opset 15), in inference and in training mode."""
+"""BatchNormalization (ONNX opset 15), in inference and in training mode, and
+LayerNormalization (opset 17)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
 import numpy as np
 
-from d5_plugin_numpy.ops.base import ReferenceOperator
+from d5_plugin_numpy.ops.base import ReferenceOperator, unbroadcast
 from d5core.api import UsageError
 
-__all__ = ["BatchNormalization"]
+__all__ = ["BatchNormalization", "LayerNormalization"]
 
 
 class BatchNormalization(ReferenceOperator):
@@ -110,3 +112,98 @@ class BatchNormalization(ReferenceOperator):
         # running_mean = m * input_mean + (1 - m) * mean(X); likewise for the variance.
         dx = dx + c((1 - m) * d_rm / count, x) + c((1 - m) * d_rv, x) * 2 * (x - c(mean, x)) / count
         return [g.astype(dt) for g in (dx, dscale, dbias, m * d_rm, m * d_rv)]
+
+
+class LayerNormalization(ReferenceOperator):
+    """ONNX LayerNormalization (opset 17): normalize ``X`` over the axes from ``axis`` on,
+    then scale and shift: ``Y = (X - Mean) * InvStdDev * Scale + B`` with ``InvStdDev =
+    1 / sqrt(Var + epsilon)`` and the biased variance. ``Scale`` and the optional ``B``
+    broadcast to ``X.shape[axis:]``. The outputs ``Mean`` and ``InvStdDev`` have the shape
+    of ``X`` with the normalized axes set to 1.
+
+    Everything is computed in the dtype of ``X`` (as ONNX's reference does), and the
+    statistics come out in it too; ``stash_type`` must be 1 (float), its ONNX default.
+
+    Backward is the exact vector-Jacobian product for ``X``, ``Scale`` and ``B``,
+    including the cotangents of ``Mean`` and ``InvStdDev`` when they are used.
+    """
+
+    op_type = "LayerNormalization"
+    input_names = ("X", "Scale", "B")
+    min_inputs = 2
+    defaults = MappingProxyType({"axis": -1, "epsilon": 1e-5, "stash_type": 1})
+
+    def configure(self, attributes: Mapping[str, Any]) -> None:
+        self.axis = int(attributes["axis"])
+        self.epsilon = float(attributes["epsilon"])
+        if int(attributes["stash_type"]) != 1:
+            raise UsageError(
+                f"LayerNormalization stash_type={attributes['stash_type']} is not supported; "
+                "the numpy backend computes in the dtype of X and takes stash_type=1"
+            )
+
+    def _axis(self, rank: int) -> int:
+        if not -rank <= self.axis < rank:
+            raise UsageError(
+                f"LayerNormalization axis {self.axis} is out of range for X of rank {rank}; "
+                f"give one in [{-rank}, {rank - 1}]"
+            )
+        return self.axis % rank
+
+    def check_shapes(self, shapes: Sequence[tuple[int, ...]]) -> None:
+        self.require_rank(shapes, 0, at_least=1)
+        x = shapes[0]
+        normalized = x[self._axis(len(x)) :]
+        for i in range(1, len(shapes)):
+            s = shapes[i]
+            fits = len(s) <= len(normalized) and all(
+                a in (1, b) for a, b in zip(s[::-1], normalized[::-1], strict=False)
+            )
+            if not fits:
+                raise UsageError(
+                    f"{self.input_name(i)} has shape {s}, which does not broadcast to "
+                    f"{normalized}, the normalized axes of X of shape {x}"
+                )
+
+    def _statistics(self, x: np.ndarray) -> tuple[tuple[int, ...], np.ndarray, np.ndarray]:
+        axes = tuple(range(self._axis(x.ndim), x.ndim))
+        mean = x.mean(axis=axes, keepdims=True)
+        var = np.square(x - mean).mean(axis=axes, keepdims=True)
+        inv = (1.0 / np.sqrt(var + self.epsilon)).astype(x.dtype)
+        return axes, mean.astype(x.dtype), inv
+
+    def forward(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        x, scale = inputs[0], inputs[1]
+        _, mean, inv = self._statistics(x)
+        y = (x - mean) * inv * scale
+        if len(inputs) > 2:
+            y = y + inputs[2]
+        return [y.astype(x.dtype), mean, inv]
+
+    def backward(
+        self,
+        grad_outputs: Sequence[np.ndarray],
+        inputs: Sequence[np.ndarray],
+        outputs: Sequence[np.ndarray],
+    ) -> list[np.ndarray | None]:
+        x, scale = inputs[0], inputs[1]
+        dt = x.dtype
+        axes, mean, inv = self._statistics(x)
+        count = math.prod(x.shape[a] for a in axes)
+        grads = list(grad_outputs) + [None] * (3 - len(grad_outputs))
+        dy = np.asarray(grads[0], dtype=dt)
+        xhat = (x - mean) * inv
+        lead = tuple(range(x.ndim - len(axes)))
+        dscale = unbroadcast((dy * xhat).sum(axis=lead), scale.shape)
+        g = dy * scale
+        dx = inv * (
+            g - g.mean(axis=axes, keepdims=True) - xhat * (g * xhat).mean(axis=axes, keepdims=True)
+        )
+        if grads[1] is not None:  # Mean = mean(X)
+            dx = dx + np.asarray(grads[1], dtype=dt) / count
+        if grads[2] is not None:  # InvStdDev = (Var + eps) ** -0.5
+            dx = dx - np.asarray(grads[2], dtype=dt) * inv**3 * (x - mean) / count
+        result: list[np.ndarray | None] = [dx.astype(dt), dscale.astype(dt)]
+        if len(inputs) > 2:
+            result.append(unbroadcast(dy.sum(axis=lead), inputs[2].shape).astype(dt))
+        return result

@@ -1,6 +1,7 @@
 """Operators that move data without arithmetic: Reshape, Flatten, Transpose, Concat,
 Squeeze, Unsqueeze and Identity. Shape and axes inputs (opset 13) are int64 arrays and
-get no gradient."""
+get no gradient. The data may be of any element type (graphs move shapes and masks with
+them too); only floating data gets a gradient."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from d5_plugin_numpy.ops.base import ReferenceOperator, as_ints
+from d5_plugin_numpy.ops.base import ANY_DTYPES, ReferenceOperator, as_ints
 from d5core.api import UsageError
 
 __all__ = ["Concat", "Flatten", "Identity", "Reshape", "Squeeze", "Transpose", "Unsqueeze"]
@@ -24,6 +25,7 @@ class Reshape(ReferenceOperator):
     the input's size on that axis unless ``allowzero=1`` makes them literal zeros."""
 
     op_type = "Reshape"
+    data_dtypes = ANY_DTYPES
     input_names = ("data", "shape")
     min_inputs = 2
     integer_inputs = frozenset({1})
@@ -87,6 +89,7 @@ class Flatten(ReferenceOperator):
     """ONNX Flatten: a matrix ``(prod(shape[:axis]), prod(shape[axis:]))``."""
 
     op_type = "Flatten"
+    data_dtypes = ANY_DTYPES
     input_names = ("input",)
     defaults = MappingProxyType({"axis": 1})
 
@@ -120,6 +123,7 @@ class Transpose(ReferenceOperator):
     """ONNX Transpose: permute the axes by ``perm`` (reversed if absent)."""
 
     op_type = "Transpose"
+    data_dtypes = ANY_DTYPES
     input_names = ("data",)
     defaults = MappingProxyType({"perm": None})
 
@@ -157,6 +161,7 @@ class Concat(ReferenceOperator):
     """ONNX Concat: join one or more inputs along ``axis`` (required; may be negative)."""
 
     op_type = "Concat"
+    data_dtypes = ANY_DTYPES
     input_names = ("inputs",)
     variadic = True
     defaults = MappingProxyType({"axis": None})
@@ -211,6 +216,7 @@ class Squeeze(ReferenceOperator):
     every size-1 axis when it is absent."""
 
     op_type = "Squeeze"
+    data_dtypes = ANY_DTYPES
     input_names = ("data", "axes")
     integer_inputs = frozenset({1})
 
@@ -242,6 +248,7 @@ class Unsqueeze(ReferenceOperator):
     refer to the output's axes."""
 
     op_type = "Unsqueeze"
+    data_dtypes = ANY_DTYPES
     input_names = ("data", "axes")
     min_inputs = 2
     integer_inputs = frozenset({1})
@@ -269,6 +276,7 @@ class Identity(ReferenceOperator):
     """ONNX Identity: a copy of the input."""
 
     op_type = "Identity"
+    data_dtypes = ANY_DTYPES
     input_names = ("input",)
 
     def forward(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:

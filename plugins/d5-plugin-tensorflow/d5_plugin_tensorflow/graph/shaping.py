@@ -255,10 +255,16 @@ class ShapingNodes(NodeBuilder):
         axis = int(a.get("axis", 0))
 
         def gather_elements(x: Any, indices: Any) -> tuple[Any]:
-            ax = axis % rank_of(x)
-            size = tf.cast(x.shape[ax], indices.dtype)
-            wrapped = tf.where(indices < 0, indices + size, indices)
-            return (tf.experimental.numpy.take_along_axis(x, wrapped, axis=ax),)
+            rank = rank_of(x)
+            ax = axis % rank
+            size = tf.cast(tf.shape(x)[ax], indices.dtype)
+            wrapped = tf.cast(tf.where(indices < 0, indices + size, indices), tf.int64)
+            # the indices may be shorter than the data on every axis: gather by the full
+            # coordinates of each index position, its own value on ``axis``
+            extent = tf.shape(wrapped, out_type=tf.int64)
+            grids = tf.meshgrid(*[tf.range(extent[d]) for d in range(rank)], indexing="ij")
+            grids[ax] = wrapped
+            return (tf.gather_nd(x, tf.stack(grids, axis=-1)),)
 
         return self._node(node, gather_elements, node.input[:2])
 
@@ -403,20 +409,15 @@ class ShapingNodes(NodeBuilder):
 
 
 def _onnx_slice(size: int, start: int, end: int, step: int) -> slice:
-    """ONNX Slice's range along one axis of ``size`` elements as a Python slice: negative
-    starts and ends count from the end, then both are clamped (to ``[0, size]``, or to
-    ``[-1, size - 1]`` for a negative step, where ``-1`` is before the first element)."""
+    """ONNX Slice's range along one axis of ``size`` elements as a Python slice with
+    every bound inside the axis: ONNX clamps as Python's slicing does, and XLA's gradient
+    of a strided slice goes wrong on bounds outside (a gradient longer than the input)."""
     if step == 0:
         raise UsageError("Slice steps must not be 0")
-    if start < 0:
-        start += size
-    if end < 0:
-        end += size
-    if step > 0:
-        start, end = min(max(start, 0), size), min(max(end, 0), size)
-        return slice(start, end, step)
-    start, end = min(max(start, -1), size - 1), min(max(end, -1), size - 1)
-    return slice(start, None if end < 0 else end, step)
+    lo, hi, by = slice(start, end, step).indices(size)
+    if not range(lo, hi, by):
+        return slice(0, 0, 1)
+    return slice(lo, None if hi < 0 else hi, by)
 
 
 def _pad_index(size: int, begin: int, end: int, mode: str) -> np.ndarray:

@@ -24,6 +24,7 @@ from d5_plugin_tensorflow.ops.shape import (
     Transpose,
     Unsqueeze,
 )
+from d5_plugin_tensorflow.ops.transformer import TRANSFORMER_OPERATORS, TranslatedOperator
 
 #: Every operator class, in the order the torch plugin lists them.
 OPERATOR_CLASSES: tuple[type[TFOperator], ...] = (
@@ -56,6 +57,7 @@ OPERATOR_CLASSES: tuple[type[TFOperator], ...] = (
     Identity,
     SoftmaxCrossEntropyLoss,
     MeanSquaredError,
+    *TRANSFORMER_OPERATORS,
 )
 
 __all__ = [
@@ -91,6 +93,7 @@ __all__ = [
     "Sum",
     "TFOperator",
     "Tanh",
+    "TranslatedOperator",
     "Transpose",
     "Unsqueeze",
 ]

@@ -436,7 +436,8 @@ class TFOperator(SlottedOperator):
             assert array is not None
             layout = plan.inputs[k] if plan.inputs else None
             data = array if layout is None else layout.to_kernel(array)
-            dtype = tf.int64 if sig.slots[pos].kind == "index" else sig.tf_dtype
+            kind = sig.slots[pos].kind
+            dtype = tf.int64 if kind == "index" else tf.bool if kind == "bool" else sig.tf_dtype
             args.append(tf.constant(data, dtype=dtype))
         return positions, tuple(args)
 

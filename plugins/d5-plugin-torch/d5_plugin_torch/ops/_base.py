@@ -37,6 +37,7 @@ __all__ = [
     "Slot",
     "TorchOperator",
     "resolve_device",
+    "torch_dtype_of",
 ]
 
 #: Element types of floating inputs, by numpy name.
@@ -78,6 +79,33 @@ class Signature:
             if slot.name == name:
                 return array
         return None
+
+
+#: Torch element types by numpy name, for inputs and outputs that are not floating.
+_TORCH_DTYPES: dict[str, torch.dtype] = {
+    "bool": torch.bool,
+    "uint8": torch.uint8,
+    "int8": torch.int8,
+    "int16": torch.int16,
+    "int32": torch.int32,
+    "int64": torch.int64,
+    "uint16": torch.uint16,
+    "uint32": torch.uint32,
+    "uint64": torch.uint64,
+    "float16": torch.float16,
+    **FLOAT_DTYPES,
+}
+
+
+def torch_dtype_of(dtype: Any) -> torch.dtype:
+    """The torch element type of a numpy dtype (or its name); a one-line ``UsageError``
+    for one torch has no counterpart of (strings, complex numbers)."""
+    name = str(np.dtype(dtype))
+    try:
+        return _TORCH_DTYPES[name]
+    except KeyError:
+        known = ", ".join(_TORCH_DTYPES)
+        raise UsageError(f"torch: dtype {name} is not supported here; use one of {known}") from None
 
 
 def resolve_device(device: str | torch.device) -> torch.device:
@@ -153,9 +181,9 @@ class TorchOperator(SlottedOperator):
     def build(self, sig: Signature, *, for_grad: bool) -> Kernel:
         """The native torch computation for inputs matching ``sig``.
 
-        The kernel takes one tensor (or ``None`` when absent) per ``float`` or ``index``
-        input, in input order, and returns the outputs as a tuple. ``for_grad`` is true
-        when the kernel will be differentiated.
+        The kernel takes one tensor (or ``None`` when absent) per input that is not
+        ``static`` (floating, index and boolean tensors), in input order, and returns the
+        outputs as a tuple. ``for_grad`` is true when the kernel will be differentiated.
         """
 
     # -- helpers for subclasses ---------------------------------------------
@@ -165,6 +193,13 @@ class TorchOperator(SlottedOperator):
         return _fmt(shape)
 
     # -- Operator -------------------------------------------------------------
+
+    @property
+    def differentiable(self) -> bool:
+        """Whether there is a backward to check: false for an operator that declares no
+        gradient at all (:attr:`no_gradient`, such as ``ConstantOfShape``, whose only
+        input is a shape)."""
+        return not self.no_gradient
 
     def check_descriptors(self, inputs: Sequence[TensorDescriptor]) -> None:
         """Check inputs described by descriptors, before any array exists.
@@ -301,14 +336,24 @@ class TorchOperator(SlottedOperator):
             if array is None:
                 args.append(None)
                 continue
-            dtype = torch.int64 if slot.kind == "index" else sig.dtype
-            tensor = self._tensor(array, dtype)
-            if for_grad and slot.kind == "float" and slot.differentiable:
+            tensor = self._tensor(array, self._slot_dtype(slot, array, sig))
+            if for_grad and slot.kind == "float" and not self.declares_no_gradient(pos):
                 tensor.requires_grad_(True)
                 grad_inputs.append(pos)
                 leaves.append(tensor)
             args.append(tensor)
         return _Bound(kernel, tuple(args), tuple(grad_inputs), tuple(leaves), sig.shapes)
+
+    @staticmethod
+    def _slot_dtype(slot: Slot, array: np.ndarray, sig: Signature) -> torch.dtype:
+        """The element type an input takes on the device: the shared float type for a
+        ``float`` slot, int64 for an ``index`` slot, and the array's own type (a bool
+        condition, an integer exponent) for a slot of any other kind."""
+        if slot.kind == "float":
+            return sig.dtype
+        if slot.kind == "index":
+            return torch.int64
+        return torch_dtype_of(array.dtype)
 
     def _tensor(self, array: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
         """A copy of ``array`` on the operator's device (never sharing numpy's memory)."""

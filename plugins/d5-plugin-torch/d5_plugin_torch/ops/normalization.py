@@ -1,18 +1,26 @@
-"""``BatchNormalization`` and ``Dropout`` (with the reference's Dropout mask)."""
+"""``BatchNormalization``, ``LayerNormalization`` and ``Dropout`` (with the reference's
+Dropout mask)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import Tensor as T
 
 from d5_plugin_torch.ops._base import Kernel, Signature, TorchOperator
-from d5core.api import check_per_channel, check_scalar_input, dropout_ratio, onnx_signature
+from d5core.api import (
+    check_per_channel,
+    check_scalar_input,
+    dropout_ratio,
+    normalize_axes,
+    onnx_signature,
+)
 
-__all__ = ["BatchNormalization", "Dropout", "reference_mask"]
+__all__ = ["BatchNormalization", "Dropout", "LayerNormalization", "reference_mask"]
 
 
 def _scalar(value: np.ndarray, kind: type[float] | type[bool]) -> Any:
@@ -85,6 +93,97 @@ class BatchNormalization(TorchOperator):
             return (batch_norm(x, s, b, mu, var, False, 0.0, eps, cudnn),)
 
         return infer
+
+
+class LayerNormalization(TorchOperator):
+    """ONNX ``LayerNormalization`` (opset 17): ``X`` normalized over the axes from
+    ``axis`` on, times ``Scale``, plus ``B``; also the ``Mean`` and ``InvStdDev`` of
+    each normalized slice (shape ``X[:axis]`` then ones), all in the type of ``X``
+    (``stash_type`` is read but torch computes in that type).
+
+    The forward is one ``torch.native_layer_norm``, which returns all three outputs.
+    Torch gives its ``Mean`` and ``InvStdDev`` outputs no gradient, so the differentiated
+    graph takes ``Y`` from ``F.layer_norm`` and the statistics from ``torch.var_mean``
+    and ``torch.rsqrt``: gradients given for them reach ``X`` as the ONNX definition
+    says. ``Scale`` and ``B`` may be of the normalized shape or broadcast to it; a
+    broadcast one is applied after the normalization.
+    """
+
+    op_type = "LayerNormalization"
+    slots, attribute_defaults = onnx_signature("LayerNormalization")
+
+    def configure(self) -> None:
+        self.epsilon = float(self.attr("epsilon"))
+        self.axis = int(self.attr("axis"))
+        self.stash_type = int(self.attr("stash_type"))
+
+    def _normalized(self, sig: Signature) -> tuple[int, ...]:
+        """The normalized axes, non-negative, after checking Scale and B."""
+        x = self.require_rank(sig, 0, at_least=1)
+        (axis,) = normalize_axes(self.op_type, [self.axis], len(x), "axis")
+        normalized = x[axis:]
+        for i in (1, 2):
+            shape = sig.shapes[i] if i < len(sig.shapes) else None
+            if shape is None:
+                continue
+            try:
+                fits = np.broadcast_shapes(normalized, shape) == normalized
+            except ValueError:
+                fits = False
+            if not fits:
+                raise self.fail(
+                    f"input {sig.slots[i].name} of shape {self.format_shape(shape)} does not "
+                    f"broadcast to the normalized shape {self.format_shape(normalized)} "
+                    f"of X {self.format_shape(x)} (axis={self.axis})"
+                )
+        return tuple(range(axis, len(x)))
+
+    def check(self, sig: Signature) -> None:
+        self._normalized(sig)
+
+    def build(self, sig: Signature, *, for_grad: bool) -> Kernel:
+        dims = self._normalized(sig)
+        x_shape = sig.shapes[0]
+        assert x_shape is not None
+        normalized = list(x_shape[dims[0] :])
+        eps = self.epsilon
+        has_b = len(sig.shapes) > 2 and sig.shapes[2] is not None
+        fuse_s = sig.shapes[1] == tuple(normalized)
+        # B is added after Scale multiplies: fused only when Scale is too.
+        fuse_b = fuse_s and has_b and sig.shapes[2] == tuple(normalized)
+        native_layer_norm, layer_norm = torch.native_layer_norm, F.layer_norm
+        var_mean, rsqrt = torch.var_mean, torch.rsqrt
+
+        def normalize(
+            norm: Callable[..., Any], x: T, s: T, b: T | None
+        ) -> tuple[Any, T | None, T | None]:
+            """``norm`` with the fused Scale and B; the others, to apply afterwards."""
+            out = norm(x, normalized, s if fuse_s else None, b if fuse_b else None, eps)
+            return out, (None if fuse_s else s), (None if fuse_b else b)
+
+        def affine(y: T, s: T | None, b: T | None) -> T:
+            if s is not None:
+                y = y * s
+            if b is not None:
+                y = y + b
+            return y
+
+        if for_grad:
+
+            def graph(x: T, s: T, b: T | None = None) -> tuple[T, T, T]:
+                y, s_after, b_after = normalize(layer_norm, x, s, b)
+                var, mean = var_mean(x, dims, correction=0, keepdim=True)
+                return affine(y, s_after, b_after), mean, rsqrt(var + eps)
+
+            return graph
+        if fuse_s and (fuse_b or not has_b):
+            return lambda x, s, b=None: native_layer_norm(x, normalized, s, b, eps)
+
+        def kernel(x: T, s: T, b: T | None = None) -> tuple[T, T, T]:
+            (y, mean, rstd), s_after, b_after = normalize(native_layer_norm, x, s, b)
+            return affine(y, s_after, b_after), mean, rstd
+
+        return kernel
 
 
 class Dropout(TorchOperator):

@@ -1,0 +1,209 @@
+"""The operators of transformer and recurrent models as level-0 operators: Gather,
+GatherElements, Slice, Shape, ConstantOfShape, Expand, Where, Equal, Less, Greater,
+Cast, Pow, Sqrt, Erf, Exp, Log, Gelu, ReduceMean, ReduceSum, ReduceMax,
+LayerNormalization, LSTM and GRU.
+
+Each kernel is the graph executor's node function (:mod:`d5_plugin_mxnet.graph`) called
+with ``mx.nd``, so that the operator timed and validated here is the code the ``mxnet``
+executor runs in a network. Static inputs (Slice's starts, a reduction's axes, Expand's
+shape) are read when the callable is prepared. Index inputs and Where's condition reach
+the kernel in the float type, as every MXNet operator here takes them. The ONNX shape and
+element type of each output come from onnx's shape inference on the one-node graph:
+MXNet holds a scalar as a vector of one (a Gather by a scalar index keeps an axis of one
+that ONNX drops), and comparisons, Shape and integer casts give non-float outputs (no
+gradient).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import numpy as np
+import onnx
+
+from d5_plugin_mxnet.graph.base import Context
+from d5_plugin_mxnet.graph.translation import OPS, Translator
+from d5_plugin_mxnet.ops._base import MXNetOperator, Plan, Signature, mx
+from d5core.api import UsageError, node_attributes, onnx_signature
+
+__all__ = ["TRANSFORMER_OPERATORS", "TranslatedOperator"]
+
+#: The opset the one-node graphs declare (axes of reductions are inputs from 18; Gelu is
+#: from 20).
+_OPSET = 21
+#: The last opset in which each reduction takes its axes as an attribute.
+_AXES_ATTRIBUTE_UNTIL = {"ReduceSum": 12, "ReduceMean": 17, "ReduceMax": 17}
+
+
+def _attribute(value: Any) -> Any:
+    """An attribute value as ``onnx.helper.make_node`` takes it."""
+    if isinstance(value, np.ndarray):
+        return onnx.numpy_helper.from_array(value)
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+class TranslatedOperator(MXNetOperator):
+    """An operator whose kernel is the graph executor's node function.
+
+    Subclasses set ``op_type``, its ONNX ``slots`` and ``attribute_defaults``, and
+    :attr:`outputs` (how many outputs the node has).
+    """
+
+    #: The number of the node's outputs.
+    outputs: ClassVar[int] = 1
+
+    @property
+    def differentiable(self) -> bool:
+        """Whether there is a backward to check: not for an operator that declares no
+        gradient at all (ConstantOfShape, whose only input is a shape)."""
+        return not self.no_gradient
+
+    def _opset(self) -> int:
+        until = _AXES_ATTRIBUTE_UNTIL.get(self.op_type)
+        return until if until is not None and self.attributes.get("axes") is not None else _OPSET
+
+    def _node(self, sig: Signature) -> onnx.NodeProto:
+        names = [f"in{i}" if a is not None else "" for i, a in enumerate(sig.arrays)]
+        while names and not names[-1]:
+            names.pop()
+        attributes = {k: _attribute(v) for k, v in self.attributes.items() if v is not None}
+        outputs = [f"out{i}" for i in range(type(self).outputs)]
+        return onnx.helper.make_node(self.op_type, names, outputs, name=self.op_type, **attributes)
+
+    def _inferred(
+        self, sig: Signature, node: onnx.NodeProto
+    ) -> list[tuple[tuple[int, ...] | None, np.dtype[Any] | None]]:
+        """The ONNX shape and element type of each output, by shape inference."""
+        inputs, inits = [], []
+        for slot, array, name in zip(sig.slots, sig.arrays, node.input, strict=False):
+            if array is None or not name:
+                continue
+            if slot.kind == "static":
+                inits.append(onnx.numpy_helper.from_array(np.asarray(array), name))
+                continue
+            dtype = {"index": np.int64, "bool": np.bool_}.get(slot.kind, np.dtype(sig.dtype))
+            elem = onnx.helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+            inputs.append(onnx.helper.make_tensor_value_info(name, elem, list(array.shape)))
+        graph = onnx.helper.make_graph(
+            [node],
+            "op",
+            inputs,
+            [onnx.helper.make_empty_tensor_value_info(o) for o in node.output],
+            inits,
+        )
+        model = onnx.helper.make_model(
+            graph, opset_imports=[onnx.helper.make_opsetid("", self._opset())]
+        )
+        found: dict[str, Any] = {}
+        try:
+            inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
+            found = {v.name: v for v in [*inferred.graph.output, *inferred.graph.value_info]}
+        except Exception:
+            found = {}
+        result: list[tuple[tuple[int, ...] | None, np.dtype[Any] | None]] = []
+        for name in node.output:
+            tensor = found[name].type.tensor_type if name in found else None
+            if tensor is None or not tensor.elem_type:
+                result.append((None, None))
+                continue
+            dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor.elem_type)
+            dims = tensor.shape.dim if tensor.HasField("shape") else None
+            known = dims is not None and all(d.HasField("dim_value") for d in dims)
+            shape = tuple(d.dim_value for d in dims) if known and dims is not None else None
+            result.append((shape, np.dtype(dtype)))
+        return result
+
+    def build(self, sig: Signature, *, for_grad: bool) -> Plan:
+        node = self._node(sig)
+        statics = {
+            f"in{p}": np.asarray(a)
+            for p, (slot, a) in enumerate(zip(sig.slots, sig.arrays, strict=True))
+            if slot.kind == "static" and a is not None
+        }
+        translator = Translator(self._opset(), False, statics, frozenset())
+        try:
+            translated = OPS[self.op_type](node, node_attributes(node), translator)
+        except UsageError as exc:
+            raise self.fail(str(exc).split(": ", 1)[-1]) from None
+        tensors = [
+            (f"in{p}", a)
+            for p, (slot, a) in enumerate(zip(sig.slots, sig.arrays, strict=True))
+            if slot.kind != "static"
+        ]
+        at = {name: k for k, (name, a) in enumerate(tensors) if a is not None}
+        picked = [at[name] for name in translated.inputs]
+        shapes = [tuple(int(d) for d in tensors[k][1].shape) or (1,) for k in picked]  # type: ignore[union-attr]
+        dtype = np.dtype(sig.dtype)
+        count, fn = type(self).outputs, translated.fn
+
+        def constant(key: str, value: np.ndarray[Any, Any]) -> Any:
+            return mx.nd.array(value, dtype=value.dtype)
+
+        def kernel(*xs: Any) -> tuple[Any, ...]:
+            args = [xs[k] for k in picked]
+            ctx = Context(mx.nd, shapes, [dtype] * len(args), constant)
+            return tuple(fn(ctx, args))[:count]
+
+        onnx_shapes: dict[int, tuple[int, ...]] = {}
+        onnx_dtypes: dict[int, str] = {}
+        for i, (shape, out_dtype) in enumerate(self._inferred(sig, node)[:count]):
+            if shape is not None:  # a scalar index holds a vector of one: reshape
+                onnx_shapes[i] = shape
+            if shape is not None and 0 in shape:
+                raise self.fail(
+                    f"output {i} would have shape {shape}: MXNet 1.9's arrays cannot hold "
+                    "an axis of size 0"
+                )
+            if out_dtype is not None and not np.issubdtype(out_dtype, np.floating):
+                onnx_dtypes[i] = out_dtype.name
+        return Plan(kernel, onnx_shapes, onnx_dtypes)
+
+
+def _operator(op_type: str, outputs: int = 1) -> type[TranslatedOperator]:
+    slots, defaults = onnx_signature(op_type)
+    namespace: dict[str, Any] = {
+        "op_type": op_type,
+        "slots": slots,
+        "attribute_defaults": defaults,
+        "outputs": outputs,
+        # ConstantOfShape's only input is a shape: there is no gradient at all
+        "no_gradient": op_type == "ConstantOfShape",
+        "__doc__": f"ONNX ``{op_type}``, as the mxnet graph executor runs it.",
+        "__module__": __name__,
+    }
+    return type(op_type, (TranslatedOperator,), namespace)
+
+
+#: The operator classes of this module, in the order of the kit's properties.
+TRANSFORMER_OPERATORS: tuple[type[TranslatedOperator], ...] = (
+    *(
+        _operator(op)
+        for op in (
+            "Gather",
+            "GatherElements",
+            "Slice",
+            "Shape",
+            "ConstantOfShape",
+            "Expand",
+            "Where",
+            "Equal",
+            "Less",
+            "Greater",
+            "Cast",
+            "Pow",
+            "Sqrt",
+            "Erf",
+            "Exp",
+            "Log",
+            "Gelu",
+            "ReduceMean",
+            "ReduceSum",
+            "ReduceMax",
+        )
+    ),
+    _operator("LayerNormalization", 3),
+    _operator("LSTM", 3),
+    _operator("GRU", 2),
+)
