@@ -71,6 +71,11 @@ Level 0: operators
   ``default_grad_outputs``: the output gradients validation uses.
 - ``SlottedOperator``: an ``Operator`` with ONNX input slots and attribute defaults,
   attribute reading, rank checks and one-line errors: the base of a backend's operators.
+- ``GRAPH_OPERATORS``, ``GraphNodeOperator``, ``graph_operator_classes``, ``one_node``,
+  ``one_node_opset``: operators whose kernel is a graph executor's handling of a
+  one-node ONNX graph (the transformer and recurrent ones, with their output counts),
+  the base they share, their classes made from a backend's base class, and the node and
+  opset of one instance.
 - ``onnx_signature``, ``OperatorSignature``: the inputs (as ``InputSlot`` s) and the
   attributes, with their defaults, of each ONNX operator d5's backends run.
 - ``InputSlot``: one input of an operator as ONNX names it (float, index or static);
@@ -91,6 +96,13 @@ Level 0: operators
   and ``ConvTranspose`` given the shapes of X, W and B, with the channel, group and bias
   checks and (``ConvTranspose``) the output padding, sizes and ``output_shape``;
   ``average_pool_divisors``: what ``AveragePool`` divides each window's sum by.
+- ``recurrent_attributes``, ``RecurrentAttributes``, ``RecurrentActivationSpec``: the
+  attributes of an ``LSTM`` or ``GRU`` (directions, layout, clip, hidden size, flags and
+  per direction the activations by canonical name, alpha and beta) read with the ONNX
+  defaults and checked; ``RECURRENT_ACTIVATIONS`` (name to
+  ``ActivationDefaults``), ``RECURRENT_DEFAULT_ACTIVATIONS`` and ``RECURRENT_GATES``: the
+  activations ONNX allows with their default parameters, the default activations and the
+  gate count of each layer.
 
 Level 1: networks
 
@@ -163,6 +175,13 @@ if TYPE_CHECKING:
         chunk_counts,
         collective_bytes,
     )
+    from d5core.levels.graph_operator import (
+        GRAPH_OPERATORS,
+        GraphNodeOperator,
+        graph_operator_classes,
+        one_node,
+        one_node_opset,
+    )
     from d5core.levels.metrics import Metric, MetricResult
     from d5core.levels.networks import GraphExecutor
     from d5core.levels.operator_checks import (
@@ -200,6 +219,15 @@ if TYPE_CHECKING:
         spatial_window,
     )
     from d5core.levels.operators import Operator, OperatorBackend, TensorDescriptor
+    from d5core.levels.recurrent import (
+        RECURRENT_ACTIVATIONS,
+        RECURRENT_DEFAULT_ACTIVATIONS,
+        RECURRENT_GATES,
+        ActivationDefaults,
+        RecurrentActivationSpec,
+        RecurrentAttributes,
+        recurrent_attributes,
+    )
     from d5core.levels.slotted_operator import SlottedOperator
     from d5core.levels.training import (
         CorrectCounter,
@@ -257,7 +285,23 @@ _HOMES: dict[str, tuple[str, ...]] = {
     "d5core.levels.metrics": ("Metric", "MetricResult"),
     "d5core.levels.operators": ("Operator", "OperatorBackend", "TensorDescriptor"),
     "d5core.levels.slotted_operator": ("SlottedOperator",),
+    "d5core.levels.graph_operator": (
+        "GRAPH_OPERATORS",
+        "GraphNodeOperator",
+        "graph_operator_classes",
+        "one_node",
+        "one_node_opset",
+    ),
     "d5core.levels.operator_signatures": ("OperatorSignature", "onnx_signature"),
+    "d5core.levels.recurrent": (
+        "RECURRENT_ACTIVATIONS",
+        "RECURRENT_DEFAULT_ACTIVATIONS",
+        "RECURRENT_GATES",
+        "ActivationDefaults",
+        "RecurrentActivationSpec",
+        "RecurrentAttributes",
+        "recurrent_attributes",
+    ),
     "d5core.levels.operator_windows": (
         "SpatialWindow",
         "TransposedWindow",
@@ -338,10 +382,14 @@ __all__ = [
     "COMM_CALL",
     "END",
     "GRAPH_NODE",
+    "GRAPH_OPERATORS",
     "MEASURE_SAMPLE",
     "OP_BACKWARD",
     "OP_FORWARD",
     "PLUGIN_API_VERSION",
+    "RECURRENT_ACTIVATIONS",
+    "RECURRENT_DEFAULT_ACTIVATIONS",
+    "RECURRENT_GATES",
     "REDUCE_OPS",
     "RUN_END",
     "RUN_START",
@@ -349,6 +397,7 @@ __all__ = [
     "TRAIN_EPOCH",
     "TRAIN_STEP",
     "VALIDATION",
+    "ActivationDefaults",
     "CheckFailed",
     "CommRequest",
     "Communicator",
@@ -360,6 +409,7 @@ __all__ = [
     "DistributedOptimizer",
     "Event",
     "GraphExecutor",
+    "GraphNodeOperator",
     "InputSlot",
     "Metric",
     "MetricBus",
@@ -373,6 +423,8 @@ __all__ = [
     "PluginError",
     "PluginManager",
     "RankLauncher",
+    "RecurrentActivationSpec",
+    "RecurrentAttributes",
     "Sampler",
     "SlottedOperator",
     "SpatialWindow",
@@ -401,6 +453,7 @@ __all__ = [
     "get_bus",
     "get_plugin_manager",
     "gradcheck",
+    "graph_operator_classes",
     "hookimpl",
     "hookspec",
     "int_list_attribute",
@@ -412,7 +465,10 @@ __all__ = [
     "match_input_slots",
     "node_attributes",
     "normalize_axes",
+    "one_node",
+    "one_node_opset",
     "onnx_signature",
+    "recurrent_attributes",
     "reference_name",
     "reshape_target",
     "resolve_pads",

@@ -45,6 +45,15 @@ _POOL_ATTRIBUTES: dict[str, Any] = {
     **{k: v for k, v in _CONV_ATTRIBUTES.items() if k != "group"},
     "ceil_mode": 0,
 }
+#: The inputs LSTM and GRU share (LSTM adds initial_c and P).
+_RECURRENT_INPUTS = (
+    InputSlot("X"),
+    InputSlot("W"),
+    InputSlot("R"),
+    InputSlot("B", optional=True),
+    InputSlot("sequence_lens", kind="index", optional=True),
+    InputSlot("initial_h", optional=True),
+)
 #: The attributes LSTM and GRU share.
 _RECURRENT_ATTRIBUTES: dict[str, Any] = {
     "activation_alpha": None,
@@ -269,28 +278,13 @@ _SIGNATURES: dict[str, OperatorSignature] = {
     # -- recurrent layers (LSTM, GRU) --
     "LSTM": _signature(
         (
-            InputSlot("X"),
-            InputSlot("W"),
-            InputSlot("R"),
-            InputSlot("B", optional=True),
-            InputSlot("sequence_lens", kind="index", optional=True),
-            InputSlot("initial_h", optional=True),
+            *_RECURRENT_INPUTS,
             InputSlot("initial_c", optional=True),
             InputSlot("P", optional=True),
         ),
         {**_RECURRENT_ATTRIBUTES, "input_forget": 0},
     ),
-    "GRU": _signature(
-        (
-            InputSlot("X"),
-            InputSlot("W"),
-            InputSlot("R"),
-            InputSlot("B", optional=True),
-            InputSlot("sequence_lens", kind="index", optional=True),
-            InputSlot("initial_h", optional=True),
-        ),
-        {**_RECURRENT_ATTRIBUTES, "linear_before_reset": 0},
-    ),
+    "GRU": _signature(_RECURRENT_INPUTS, {**_RECURRENT_ATTRIBUTES, "linear_before_reset": 0}),
 }
 
 

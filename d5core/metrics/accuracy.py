@@ -160,6 +160,28 @@ class _TestPasses(Metric):
         )
         return finish(self, self.unavailable(why))
 
+    def _best_pass_result(self) -> MetricResult:
+        """``value``: the best pass (highest or lowest, as ``better`` says); ``final``:
+        the last; ``curve``: every pass."""
+        if not self.passes:
+            return self._none()
+        pick = max if self.better == "higher" else min
+        best = pick(self.passes, key=lambda p: float(p[self.key]))
+        curve = [{k: v for k, v in p.items() if k != "t_ns"} for p in self.passes]
+        out: MetricResult = {"value": best[self.key], "unit": self.unit}
+        out.update(best_pass=best["pass"], final=self.passes[-1][self.key], passes=len(curve))
+        out["curve"] = curve
+        return finish(self, out)
+
+    def _last_pass_result(self) -> MetricResult:
+        """``value``: the last pass, with its step and epoch."""
+        if not self.passes:
+            return self._none()
+        last = self.passes[-1]
+        out: MetricResult = {"value": last[self.key], "unit": self.unit}
+        out.update(step=last["step"], epoch=last["epoch"], passes=len(self.passes))
+        return finish(self, out)
+
 
 class TestAccuracy(_TestPasses):
     """Test accuracy of every test pass; ``value`` is the best pass.
@@ -175,14 +197,7 @@ class TestAccuracy(_TestPasses):
     name: ClassVar[str] = "test_accuracy"
 
     def result(self) -> MetricResult:
-        if not self.passes:
-            return self._none()
-        best = max(self.passes, key=lambda p: float(p[self.key]))
-        curve = [{k: v for k, v in p.items() if k != "t_ns"} for p in self.passes]
-        out: MetricResult = {"value": best[self.key], "unit": self.unit}
-        out.update(best_pass=best["pass"], final=self.passes[-1][self.key], passes=len(curve))
-        out["curve"] = curve
-        return finish(self, out)
+        return self._best_pass_result()
 
 
 class FinalTestAccuracy(_TestPasses):
@@ -194,12 +209,7 @@ class FinalTestAccuracy(_TestPasses):
     name: ClassVar[str] = "final_test_accuracy"
 
     def result(self) -> MetricResult:
-        if not self.passes:
-            return self._none()
-        last = self.passes[-1]
-        out: MetricResult = {"value": last[self.key], "unit": self.unit}
-        out.update(step=last["step"], epoch=last["epoch"], passes=len(self.passes))
-        return finish(self, out)
+        return self._last_pass_result()
 
 
 class TimeToAccuracy(_TestPasses):

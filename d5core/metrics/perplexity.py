@@ -14,7 +14,7 @@ import math
 from typing import Any, ClassVar
 
 from d5core.levels.metrics import MetricResult
-from d5core.metrics._common import finish, payload_of
+from d5core.metrics._common import payload_of
 from d5core.metrics.accuracy import TimeToAccuracy, _TestPasses
 
 __all__ = [
@@ -82,14 +82,7 @@ class ValidationPerplexity(_PerplexityPasses):
     name: ClassVar[str] = "validation_perplexity"
 
     def result(self) -> MetricResult:
-        if not self.passes:
-            return self._none()
-        best = min(self.passes, key=lambda p: float(p[self.key]))
-        curve = [{k: v for k, v in p.items() if k != "t_ns"} for p in self.passes]
-        out: MetricResult = {"value": best[self.key], "unit": self.unit}
-        out.update(best_pass=best["pass"], final=self.passes[-1][self.key], passes=len(curve))
-        out["curve"] = curve
-        return finish(self, out)
+        return self._best_pass_result()
 
 
 class FinalPerplexity(_PerplexityPasses):
@@ -98,12 +91,7 @@ class FinalPerplexity(_PerplexityPasses):
     name: ClassVar[str] = "final_perplexity"
 
     def result(self) -> MetricResult:
-        if not self.passes:
-            return self._none()
-        last = self.passes[-1]
-        out: MetricResult = {"value": last[self.key], "unit": self.unit}
-        out.update(step=last["step"], epoch=last["epoch"], passes=len(self.passes))
-        return finish(self, out)
+        return self._last_pass_result()
 
 
 class TimeToPerplexity(TimeToAccuracy):

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any
 
 import numpy as np
 
-__all__ = ["FORWARDS", "bert_forward", "gpt_forward", "lstm_forward", "vit_forward"]
+__all__ = ["FORWARDS", "TINY", "bert_forward", "gpt_forward", "lstm_forward", "vit_forward"]
 
 _erf = np.vectorize(math.erf, otypes=[np.float64])
 _Params = Mapping[str, np.ndarray]
@@ -159,3 +161,31 @@ def lstm_forward(p: _Params, ids: np.ndarray) -> np.ndarray:
 
 #: Model name to its forward.
 FORWARDS = {"bert": bert_forward, "gpt": gpt_forward, "lstm": lstm_forward, "vit": vit_forward}
+
+#: Tiny options of each zoo sequence model for tests (builder keyword arguments), with
+#: weights large enough that attention is far from uniform. Read-only: spread an entry
+#: into a new dict to change it.
+TINY: Mapping[str, Mapping[str, Any]] = MappingProxyType(
+    {
+        "gpt": MappingProxyType(
+            {"vocab": 11, "seq_len": 5, "hidden": 8, "heads": 2, "layers": 2, "init_std": 0.5}
+        ),
+        "bert": MappingProxyType(
+            {"vocab": 11, "seq_len": 5, "hidden": 8, "heads": 2, "layers": 2, "init_std": 0.5}
+        ),
+        "vit": MappingProxyType(
+            {
+                "image_size": 4,
+                "patch": 2,
+                "channels": 2,
+                "hidden": 8,
+                "heads": 2,
+                "layers": 1,
+                "init_std": 0.5,
+            }
+        ),
+        "lstm": MappingProxyType(
+            {"vocab": 11, "seq_len": 4, "embed": 3, "hidden": 5, "layers": 2, "bidirectional": True}
+        ),
+    }
+)

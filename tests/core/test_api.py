@@ -40,6 +40,10 @@ SURFACE = {
     "conv_window", "conv_transpose_window", "TransposedWindow", "average_pool_divisors",
     "gemm_output_shape", "check_per_channel", "check_scalar_input", "dropout_ratio",
     "check_class_labels", "onnx_signature", "OperatorSignature", "SlottedOperator",
+    "recurrent_attributes", "RecurrentAttributes", "RecurrentActivationSpec",
+    "RECURRENT_ACTIVATIONS", "ActivationDefaults", "RECURRENT_DEFAULT_ACTIVATIONS",
+    "RECURRENT_GATES", "GRAPH_OPERATORS", "GraphNodeOperator", "graph_operator_classes",
+    "one_node", "one_node_opset",
     # level 1
     "GraphExecutor", "Network", "node_attributes", "constant_value", "legacy_broadcast",
     "legacy_broadcast_shape", "AUTO_PADS", "resolve_pads",

@@ -14,18 +14,10 @@ from d5core.errors import UsageError
 from d5core.networks import D5_IR_VERSION, D5_OPSET, Network, zoo
 from d5core.networks import zoo_sequence as zs
 from d5core.runners.networks import make_feeds, with_loss
+from d5core.testing.sequence_forward import TINY
 
 SEQUENCE = ("bert", "gpt", "vit", "lstm")
 
-#: Tiny configurations, with weights large enough that attention is far from uniform.
-TINY: dict[str, dict[str, Any]] = {
-    "gpt": {"vocab": 11, "seq_len": 5, "hidden": 8, "heads": 2, "layers": 2, "init_std": 0.5},
-    "bert": {"vocab": 11, "seq_len": 5, "hidden": 8, "heads": 2, "layers": 2, "init_std": 0.5},
-    "vit": {"image_size": 4, "patch": 2, "channels": 2, "hidden": 8, "heads": 2, "layers": 1,
-            "init_std": 0.5},
-    "lstm": {"vocab": 11, "seq_len": 4, "embed": 3, "hidden": 5, "layers": 2,
-             "bidirectional": True},
-}  # fmt: skip
 
 #: Graph input and output (with the symbolic batch) of each model's defaults.
 DEFAULT_IO = {

@@ -9,28 +9,17 @@ at their default sizes.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import pytest
 
 from d5core.cli.output import read_json
 from d5core.networks import Network, zoo_sequence
 from d5core.runners.networks import executor_by_name, make_feeds, with_loss
+from d5core.testing.sequence_forward import TINY
 from d5core.validate.gradcheck import GRADCHECK_TOLERANCE
 
 MODELS = ("bert", "gpt", "vit", "lstm")
 OTHERS = ("torch", "onnxruntime", "tensorflow")
-
-#: Tiny configurations: weights large enough that attention is far from uniform.
-TINY: dict[str, dict[str, Any]] = {
-    "gpt": {"vocab": 11, "seq_len": 5, "hidden": 8, "heads": 2, "layers": 2, "init_std": 0.5},
-    "bert": {"vocab": 11, "seq_len": 5, "hidden": 8, "heads": 2, "layers": 2, "init_std": 0.5},
-    "vit": {"image_size": 4, "patch": 2, "channels": 2, "hidden": 8, "heads": 2, "layers": 1,
-            "init_std": 0.5},
-    "lstm": {"vocab": 11, "seq_len": 4, "embed": 3, "hidden": 5, "layers": 2,
-             "bidirectional": True},
-}  # fmt: skip
 
 
 def _tiny(name: str) -> Network:

@@ -20,13 +20,11 @@ from d5_plugin_mxnet.ops.transformer import TRANSFORMER_OPERATORS
 from d5core.errors import UsageError
 from d5core.levels.operators import TensorDescriptor
 from d5core.testing.operator_agreement import (
-    CORE_OPERATORS,
-    PROPERTIES,
-    OperatorAgreementTests,
     assert_agrees_with_reference,
     distinct,
     property_examples,
 )
+from d5core.testing.transformer_graphs import CNNOperatorTests
 
 MX = MXNetBackend()
 BACKENDS = pytest.mark.parametrize("backend", [MX], ids=lambda b: b.name)
@@ -38,16 +36,9 @@ DTYPES = pytest.mark.parametrize("dtype", ["float32", "float64"])
 CNN_OPERATORS = sorted(set(MX.supported()) - {cls.op_type for cls in TRANSFORMER_OPERATORS})
 
 
-class TestMXNetAgreesWithTheReference(OperatorAgreementTests):
+class TestMXNetAgreesWithTheReference(CNNOperatorTests):
     backend = MX
     operators = CNN_OPERATORS
-
-    def test_backend_offers_the_declared_operators_and_each_has_a_property(self) -> None:
-        """This class and test_mx_transformer_ops.py's together cover every operator."""
-        transformer = {cls.op_type for cls in TRANSFORMER_OPERATORS}
-        assert set(self.backend.supported()) == set(CNN_OPERATORS) | transformer
-        assert set(self.backend.supported()) <= set(PROPERTIES)
-        assert set(CNN_OPERATORS) >= CORE_OPERATORS
 
     examples = property_examples(6)
     default_problem_dtypes = ("float32",)

@@ -243,7 +243,7 @@ ERRORS = [
     ({"layout": 2}, {}, r"layout must be 0 or 1"),
     ({"clip": -1.0}, {}, r"clip must be positive"),
     ({"activations": ["Sigmoid", "Tanh"]}, {}, r"activations has 2 names but 3 are needed"),
-    ({"activations": ["Sigmoid", "Swish", "Tanh"]}, {}, r"unknown activation 'Swish'"),
+    ({"activations": ["Sigmoid", "Swish", "Tanh"]}, {}, r"activation Swish is not supported"),
     ({"hidden_size": 5}, {}, r"hidden_size is 5 but R of shape \(1, 12, 3\)"),
     ({"direction": "bidirectional"}, {}, r"R must have shape \(num_directions=2"),
     ({}, {1: np.zeros((1, 12, 5))}, r"input W must have shape \(1, 12, 2\)"),

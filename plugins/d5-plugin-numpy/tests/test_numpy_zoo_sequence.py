@@ -13,17 +13,7 @@ import pytest
 from d5core.networks import Network
 from d5core.networks import zoo_sequence as zs
 from d5core.runners.networks import executor_by_name, make_feeds
-from d5core.testing.sequence_forward import FORWARDS
-
-#: Tiny configurations, with weights large enough that attention is far from uniform.
-TINY: dict[str, dict[str, Any]] = {
-    "gpt": {"vocab": 11, "seq_len": 5, "hidden": 8, "heads": 2, "layers": 2, "init_std": 0.5},
-    "bert": {"vocab": 11, "seq_len": 5, "hidden": 8, "heads": 2, "layers": 2, "init_std": 0.5},
-    "vit": {"image_size": 4, "patch": 2, "channels": 2, "hidden": 8, "heads": 2, "layers": 1,
-            "init_std": 0.5},
-    "lstm": {"vocab": 11, "seq_len": 4, "embed": 3, "hidden": 5, "layers": 2,
-             "bidirectional": True},
-}  # fmt: skip
+from d5core.testing.sequence_forward import FORWARDS, TINY
 
 
 def _forward_options(name: str, options: dict[str, Any]) -> dict[str, Any]:

@@ -21,13 +21,11 @@ from d5_plugin_tensorflow.operators import TensorFlowBackend, TensorFlowXLABacke
 from d5_plugin_tensorflow.ops.transformer import TRANSFORMER_OPERATORS
 
 from d5core.testing.operator_agreement import (
-    CORE_OPERATORS,
-    PROPERTIES,
-    OperatorAgreementTests,
     assert_agrees_with_reference,
     distinct,
     property_examples,
 )
+from d5core.testing.transformer_graphs import CNNOperatorTests
 
 TF = TensorFlowBackend()
 XLA = TensorFlowXLABackend()
@@ -37,15 +35,8 @@ CNN_OPERATORS = sorted(set(TF.supported()) - {cls.op_type for cls in TRANSFORMER
 BACKENDS = pytest.mark.parametrize("backend", [TF, XLA], ids=lambda b: b.name)
 
 
-class _CNNOperators(OperatorAgreementTests):
+class _CNNOperators(CNNOperatorTests):
     operators = CNN_OPERATORS
-
-    def test_backend_offers_the_declared_operators_and_each_has_a_property(self) -> None:
-        """This class and test_tf_transformer_ops.py's together cover every operator."""
-        transformer = {cls.op_type for cls in TRANSFORMER_OPERATORS}
-        assert set(self.backend.supported()) == set(CNN_OPERATORS) | transformer
-        assert set(self.backend.supported()) <= set(PROPERTIES)
-        assert set(CNN_OPERATORS) >= CORE_OPERATORS
 
 
 class TestTensorFlowAgreesWithTheReference(_CNNOperators):

@@ -83,13 +83,47 @@ def _fold_key(output: str, value: npt.NDArray[Any]) -> str:
     return f"fold:{output}:{value.dtype.str}{value.shape}:{digest}"
 
 
-def fold_node(node: onnx.NodeProto, inputs: Sequence[Any], opset: int) -> list[npt.NDArray[Any]]:
-    """The outputs of ``node`` computed by the onnx reference evaluator from ``inputs``
-    (numpy arrays, ``None`` for absent optional inputs).
+def _gather_elements_value(node: onnx.NodeProto, inputs: Sequence[Any]) -> list[npt.NDArray[Any]]:
+    """ONNX GatherElements computed with numpy. The onnx reference evaluator's own (onnx
+    1.23) goes through ``np.choose``, which numpy 1.x limits to 32 choices; its fallback
+    for more is wrong (BERT's exported ``token_type_ids`` buffer gathers 16 of 64)."""
+    data, indices = np.asarray(inputs[0]), np.asarray(inputs[1]).astype(np.int64)
+    axis = next((int(a.i) for a in node.attribute if a.name == "axis"), 0)
+    rank = data.ndim
+    ax = axis + rank if axis < 0 else axis
+    if indices.ndim != rank or not 0 <= ax < rank:
+        raise ValueError(f"indices {indices.shape} and data {data.shape} need the same rank")
+    size = data.shape[ax]
+    if indices.size and (indices.min() < -size or indices.max() >= size):
+        raise ValueError(f"an index is out of range for axis {axis} of size {size}")
+    indices = np.where(indices < 0, indices + size, indices)
+    return [np.take_along_axis(data, indices, axis=ax)]
 
-    :raises UsageError: naming the node, when the evaluator fails.
+
+#: Operators folded with numpy rather than the onnx reference evaluator (whose
+#: implementation of them fails with the numpy of some environments).
+_NUMPY_FOLDS: dict[str, Callable[[onnx.NodeProto, Sequence[Any]], list[npt.NDArray[Any]]]] = {
+    "GatherElements": _gather_elements_value,
+}
+
+
+def fold_node(node: onnx.NodeProto, inputs: Sequence[Any], opset: int) -> list[npt.NDArray[Any]]:
+    """The outputs of ``node`` computed from ``inputs`` (numpy arrays, ``None`` for absent
+    optional inputs) by the onnx reference evaluator, or by numpy for the operators the
+    evaluator gets wrong (``_NUMPY_FOLDS``).
+
+    :raises UsageError: naming the node, when the computation fails.
     """
     from onnx.reference import ReferenceEvaluator
+
+    own = _NUMPY_FOLDS.get(node.op_type)
+    if own is not None:
+        try:
+            return own(node, inputs)
+        except ValueError as exc:
+            raise UsageError(
+                f"node {node.name!r} ({node.op_type}): cannot compute it from known values: {exc}"
+            ) from None
 
     names = [n for n in node.input if n]
     graph = onnx.helper.make_graph(

@@ -22,25 +22,9 @@ import numpy as np
 import onnx
 
 from d5_plugin_mxnet.graph.base import Context, Reader, Translated, Translation, node_error
+from d5core.api import RECURRENT_GATES, RecurrentAttributes, UsageError, recurrent_attributes
 
 __all__ = ["OPS"]
-
-#: Activation name -> (uses alpha, uses beta, default alpha, default beta), as ONNX's
-#: operators of those names have them.
-_PARAMETERS: dict[str, tuple[bool, bool, float, float]] = {
-    "Sigmoid": (False, False, 0.0, 0.0),
-    "Tanh": (False, False, 0.0, 0.0),
-    "Relu": (False, False, 0.0, 0.0),
-    "HardSigmoid": (True, True, 0.2, 0.5),
-    "LeakyRelu": (True, False, 0.01, 0.0),
-    "ThresholdedRelu": (True, False, 1.0, 0.0),
-    "ScaledTanh": (True, True, 1.0, 1.0),
-    "Affine": (True, True, 1.0, 0.0),
-    "Elu": (True, False, 1.0, 0.0),
-    "Softsign": (False, False, 0.0, 0.0),
-    "Softplus": (False, False, 0.0, 0.0),
-}
-_CANONICAL = {name.lower(): name for name in _PARAMETERS}
 
 
 def _activation(name: str, a: float, b: float) -> Callable[[Any, Any], Any]:
@@ -61,60 +45,12 @@ def _activation(name: str, a: float, b: float) -> Callable[[Any, Any], Any]:
     return functions[name]
 
 
-def _activations(
-    node: onnx.NodeProto, a: dict[str, Any], defaults: list[str], dirs: int
-) -> list[list[Callable[[Any, Any], Any]]]:
-    """The activations of each direction; ``activation_alpha`` and ``activation_beta``
-    are consumed in order by the activations that take them (the ONNX operator's default
-    past the end of the lists)."""
-    names = [
-        n.decode() if isinstance(n, bytes) else str(n)
-        for n in a.get("activations") or defaults * dirs
-    ]
-    if len(names) != len(defaults) * dirs:
-        raise node_error(node, f"expected {len(defaults) * dirs} activations, not {len(names)}")
-    alphas = [float(v) for v in a.get("activation_alpha") or []]
-    betas = [float(v) for v in a.get("activation_beta") or []]
-    acts = []
-    for text in names:
-        name = _CANONICAL.get(text.lower())
-        if name is None:
-            raise node_error(
-                node,
-                f"activation {text} is not supported by the mxnet executor; use one of "
-                f"{', '.join(_PARAMETERS)}",
-            )
-        uses_a, uses_b, alpha, beta = _PARAMETERS[name]
-        if uses_a and alphas:
-            alpha = alphas.pop(0)
-        if uses_b and betas:
-            beta = betas.pop(0)
-        acts.append(_activation(name, alpha, beta))
-    per = len(defaults)
-    return [acts[d * per : (d + 1) * per] for d in range(dirs)]
-
-
-def _settings(node: onnx.NodeProto, a: dict[str, Any], gates: int) -> dict[str, Any]:
-    """The attributes of an LSTM (4 gates) or GRU (3 gates), checked."""
-    direction = str(a.get("direction", "forward"))
-    if direction not in ("forward", "reverse", "bidirectional"):
-        raise node_error(
-            node, f"direction must be forward, reverse or bidirectional, not {direction!r}"
-        )
-    defaults = ["Sigmoid", "Tanh", "Tanh"] if gates == 4 else ["Sigmoid", "Tanh"]
-    dirs = 2 if direction == "bidirectional" else 1
-    clip = a.get("clip")
-    hidden = a.get("hidden_size")
-    return {
-        "dirs": dirs,
-        "reverse": direction == "reverse",
-        "acts": _activations(node, a, defaults, dirs),
-        "hidden": None if hidden is None else int(hidden),
-        "clip": None if clip is None else float(clip),
-        "layout": int(a.get("layout", 0)),
-        "linear_before_reset": bool(int(a.get("linear_before_reset", 0))),
-        "input_forget": bool(int(a.get("input_forget", 0))),
-    }
+def _settings(node: onnx.NodeProto, a: dict[str, Any]) -> RecurrentAttributes:
+    """The attributes of an LSTM or GRU node, checked (one line naming the node)."""
+    try:
+        return recurrent_attributes(node.op_type, a)
+    except UsageError as exc:
+        raise node_error(node, str(exc)) from None
 
 
 def _pick(F: Any, x: Any, index: int, shape: Sequence[int]) -> Any:
@@ -124,8 +60,9 @@ def _pick(F: Any, x: Any, index: int, shape: Sequence[int]) -> Any:
 
 def _recurrent(node: onnx.NodeProto, a: dict[str, Any], tr: Reader) -> Translated:
     lstm = node.op_type == "LSTM"
-    gates = 4 if lstm else 3
-    cfg = _settings(node, a, gates)
+    gates = RECURRENT_GATES[node.op_type]
+    cfg = _settings(node, a)
+    acts = [[_activation(s.name, s.alpha, s.beta) for s in per] for per in cfg.activations]
     names = list(node.input) + [""] * (8 - len(node.input))
     # X, W, R, B, sequence_lens, initial_h, initial_c (LSTM), P (LSTM)
     wanted = [0, 1, 2, 3, 4, 5, 6, 7] if lstm else [0, 1, 2, 3, 4, 5]
@@ -139,18 +76,18 @@ def _recurrent(node: onnx.NodeProto, a: dict[str, Any], tr: Reader) -> Translate
         shapes = dict(zip(present, ctx.shapes, strict=True))
         dtype = ctx.dtypes[0]
         assert dtype is not None
-        dirs, clip = cfg["dirs"], cfg["clip"]
+        dirs, clip = cfg.directions, cfg.clip
         hidden = shapes[2][-1]
-        if cfg["hidden"] is not None and cfg["hidden"] != hidden:
-            raise node_error(node, f"hidden_size is {cfg['hidden']} but R has shape {shapes[2]}")
+        if cfg.hidden_size is not None and cfg.hidden_size != hidden:
+            raise node_error(node, f"hidden_size is {cfg.hidden_size} but R has shape {shapes[2]}")
         x = got[0]
-        if cfg["layout"]:
+        if cfg.layout:
             x = F.transpose(x, axes=(1, 0, 2))
             steps, batch, width = shapes[0][1], shapes[0][0], shapes[0][2]
         else:
             steps, batch, width = shapes[0]
         for k in (5, 6):  # initial states to (dirs, batch, hidden)
-            if k in got and cfg["layout"]:
+            if k in got and cfg.layout:
                 got[k] = F.transpose(got[k], axes=(1, 0, 2))
                 shapes[k] = (shapes[k][1], shapes[k][0], shapes[k][2])
         lens = got.get(4)
@@ -167,8 +104,8 @@ def _recurrent(node: onnx.NodeProto, a: dict[str, Any], tr: Reader) -> Translate
 
         ys, last_h, last_c = [], [], []
         for d in range(dirs):
-            f, g = cfg["acts"][d][0], cfg["acts"][d][1]
-            h_act = cfg["acts"][d][2] if lstm else None
+            f, g = acts[d][0], acts[d][1]
+            h_act = acts[d][2] if lstm else None
             w = _pick(F, got[1], d, shapes[1])
             r = _pick(F, got[2], d, shapes[2])
             if 3 in got:
@@ -177,7 +114,7 @@ def _recurrent(node: onnx.NodeProto, a: dict[str, Any], tr: Reader) -> Translate
                 rb = F.slice_axis(b, axis=0, begin=gates * hidden, end=2 * gates * hidden)
             else:
                 wb = rb = None
-            backward = cfg["reverse"] or d == 1
+            backward = cfg.direction == "reverse" or d == 1
             seq = x
             if backward:
                 if lens is not None:
@@ -189,7 +126,7 @@ def _recurrent(node: onnx.NodeProto, a: dict[str, Any], tr: Reader) -> Translate
             flat = F.reshape(seq, shape=(steps * batch, width))
             if wb is None:
                 proj = F.FullyConnected(flat, w, num_hidden=gates * hidden, no_bias=True)
-            elif lstm or not cfg["linear_before_reset"]:
+            elif lstm or not cfg.linear_before_reset:
                 bias = wb + rb
                 if not lstm:  # the h gate's recurrent bias goes inside the reset
                     bias = F.concat(
@@ -247,7 +184,7 @@ def _recurrent(node: onnx.NodeProto, a: dict[str, Any], tr: Reader) -> Translate
                         pi = F.broadcast_add(pi, F.broadcast_mul(p_i, c))
                         pf = F.broadcast_add(pf, F.broadcast_mul(p_f, c))
                     i_t, c_t = f(F, clipped(pi)), g(F, clipped(pc))
-                    f_t = 1 - i_t if cfg["input_forget"] else f(F, clipped(pf))
+                    f_t = 1 - i_t if cfg.input_forget else f(F, clipped(pf))
                     c_new = f_t * c + i_t * c_t
                     if 7 in got:
                         po = F.broadcast_add(po, F.broadcast_mul(p_o, c_new))
@@ -264,7 +201,7 @@ def _recurrent(node: onnx.NodeProto, a: dict[str, Any], tr: Reader) -> Translate
                     rh = F.slice_axis(r, axis=0, begin=2 * hidden, end=3 * hidden)
                     z_t = f(F, clipped(gate(0, xt) + gate(0, rz_rr)))
                     r_t = f(F, clipped(gate(1, xt) + gate(1, rz_rr)))
-                    if cfg["linear_before_reset"]:
+                    if cfg.linear_before_reset:
                         hr = F.FullyConnected(h, rh, num_hidden=hidden, no_bias=True)
                         if rh_bias is not None:
                             hr = F.broadcast_add(hr, F.reshape(rh_bias, shape=(1, hidden)))
@@ -299,13 +236,13 @@ def _recurrent(node: onnx.NodeProto, a: dict[str, Any], tr: Reader) -> Translate
             last_c.append(c)
         y_all = F.stack(*ys, axis=1)  # (steps, dirs, batch, hidden)
         y_h = F.stack(*last_h, axis=0)
-        if cfg["layout"]:
+        if cfg.layout:
             y_all = F.transpose(y_all, axes=(2, 0, 1, 3))
             y_h = F.transpose(y_h, axes=(1, 0, 2))
         results = [y_all, y_h]
         if lstm:
             y_c = F.stack(*last_c, axis=0)
-            results.append(F.transpose(y_c, axes=(1, 0, 2)) if cfg["layout"] else y_c)
+            results.append(F.transpose(y_c, axes=(1, 0, 2)) if cfg.layout else y_c)
         return [v if name else None for v, name in zip(results, outputs, strict=False)]
 
     return Translated(run, inputs)

@@ -1,7 +1,7 @@
 """Indexing, comparisons, casts and the element-wise operators of transformer graphs:
-Shape, Size, ConstantOfShape, Range, Gather, GatherElements, Slice, Split, Expand, Tile, Where,
-Equal, Less, Greater (and their ``OrEqual`` forms), Not, And, Or, Xor, Max, Min, Cast,
-CastLike, Pow, Mod, Gelu, Sin, Cos and LayerNormalization.
+Shape, Size, ConstantOfShape, Range, Gather, GatherElements, Slice, Split, Expand, Tile,
+Trilu, Where, Equal, Less, Greater (and their ``OrEqual`` forms), Not, And, Or, Xor, Max,
+Min, Cast, CastLike, Pow, Mod, Gelu, Sin, Cos and LayerNormalization.
 
 MXNet 1.9.1 has no bool tensors: ONNX bools are held as uint8 (0 or 1), which is what
 comparisons and ``Cast(to=BOOL)`` produce here and what ``Where`` and the logical
@@ -9,7 +9,8 @@ operators read. It has no rank-0 tensors either: where a scalar matters (a Gathe
 scalar index drops the gathered axis) the known value of the input tells it
 (:meth:`~.base.Context.rank`). Shape and Size are folded from the shapes when the graph
 is compiled (see :mod:`.program`); their node functions only serve a run that does not
-fold.
+fold. Trilu multiplies its input by a constant triangle of ones, so its gradient is that
+mask too.
 """
 
 from __future__ import annotations
@@ -294,6 +295,32 @@ def _tile(node: onnx.NodeProto, a: dict[str, Any], tr: Reader) -> Translated:
     return Translated(tile, [node.input[0]])
 
 
+def _trilu(node: onnx.NodeProto, a: dict[str, Any], tr: Reader) -> Translated:
+    upper = bool(int(a.get("upper", 1)))
+    given = tr.static(node, 1)
+    k = 0 if given is None else ints(given)[0]
+
+    def trilu(ctx: Context, xs: Sequence[Any]) -> list[Any]:
+        shape, dtype = ctx.shapes[0], ctx.dtypes[0]
+        assert dtype is not None
+        if ctx.rank(0) < 2:
+            raise node_error(node, f"the input needs rank 2 or more, not shape {shape}")
+        rows, cols = shape[-2:]
+        if 0 in shape:
+            raise node_error(
+                node, f"the input {shape} is empty, and MXNet 1.9.1 has no zero-size tensors"
+            )
+        ones = np.ones((rows, cols), dtype)
+        mask = np.triu(ones, k) if upper else np.tril(ones, k)
+        held = mask.reshape((1,) * (len(shape) - 2) + (rows, cols))
+        kept = ctx.constant(f"{'triu' if upper else 'tril'}{k}{held.shape}{dtype.str}", held)
+        if len(shape) == 2:
+            return [ctx.F.elemwise_mul(xs[0], kept)]
+        return [ctx.F.broadcast_mul(xs[0], kept)]
+
+    return Translated(trilu, [node.input[0]])
+
+
 # -- comparisons and logic ---------------------------------------------------------------
 
 #: ONNX comparison to MXNet's broadcasting operator.
@@ -528,6 +555,7 @@ OPS: dict[str, Translation] = {
     "Split": _split,
     "Expand": _expand,
     "Tile": _tile,
+    "Trilu": _trilu,
     **{op: _comparison for op in _COMPARISONS},
     "Not": _not,
     "Where": _where,

@@ -61,6 +61,7 @@ STATIC_INPUTS: dict[str, tuple[int, ...]] = {
     "ConstantOfShape": (0,),
     "Range": (0, 1, 2),
     "Split": (1,),
+    "Trilu": (1,),
     "Dropout": (1, 2),
     **{op: (1,) for op in reductions.OPS},
 }

@@ -16,7 +16,7 @@ gradient).
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 import onnx
@@ -24,53 +24,30 @@ import onnx
 from d5_plugin_mxnet.graph.base import Context
 from d5_plugin_mxnet.graph.translation import OPS, Translator
 from d5_plugin_mxnet.ops._base import MXNetOperator, Plan, Signature, mx
-from d5core.api import UsageError, node_attributes, onnx_signature
+from d5core.api import (
+    GraphNodeOperator,
+    UsageError,
+    graph_operator_classes,
+    node_attributes,
+    one_node,
+    one_node_opset,
+)
 
 __all__ = ["TRANSFORMER_OPERATORS", "TranslatedOperator"]
 
-#: The opset the one-node graphs declare (axes of reductions are inputs from 18; Gelu is
-#: from 20).
-_OPSET = 21
-#: The last opset in which each reduction takes its axes as an attribute.
-_AXES_ATTRIBUTE_UNTIL = {"ReduceSum": 12, "ReduceMean": 17, "ReduceMax": 17}
 
-
-def _attribute(value: Any) -> Any:
-    """An attribute value as ``onnx.helper.make_node`` takes it."""
-    if isinstance(value, np.ndarray):
-        return onnx.numpy_helper.from_array(value)
-    if isinstance(value, np.generic):
-        return value.item()
-    return value
-
-
-class TranslatedOperator(MXNetOperator):
+class TranslatedOperator(GraphNodeOperator, MXNetOperator):
     """An operator whose kernel is the graph executor's node function.
 
-    Subclasses set ``op_type``, its ONNX ``slots`` and ``attribute_defaults``, and
-    :attr:`outputs` (how many outputs the node has).
+    :func:`d5core.api.graph_operator_classes` makes one subclass per operator.
     """
 
-    #: The number of the node's outputs.
-    outputs: ClassVar[int] = 1
-
-    @property
-    def differentiable(self) -> bool:
-        """Whether there is a backward to check: not for an operator that declares no
-        gradient at all (ConstantOfShape, whose only input is a shape)."""
-        return not self.no_gradient
-
     def _opset(self) -> int:
-        until = _AXES_ATTRIBUTE_UNTIL.get(self.op_type)
-        return until if until is not None and self.attributes.get("axes") is not None else _OPSET
+        return one_node_opset(self.op_type, self.attributes)
 
     def _node(self, sig: Signature) -> onnx.NodeProto:
-        names = [f"in{i}" if a is not None else "" for i, a in enumerate(sig.arrays)]
-        while names and not names[-1]:
-            names.pop()
-        attributes = {k: _attribute(v) for k, v in self.attributes.items() if v is not None}
-        outputs = [f"out{i}" for i in range(type(self).outputs)]
-        return onnx.helper.make_node(self.op_type, names, outputs, name=self.op_type, **attributes)
+        present = [a is not None for a in sig.arrays]
+        return one_node(self.op_type, self.attributes, present, type(self).outputs)
 
     def _inferred(
         self, sig: Signature, node: onnx.NodeProto
@@ -161,49 +138,7 @@ class TranslatedOperator(MXNetOperator):
         return Plan(kernel, onnx_shapes, onnx_dtypes)
 
 
-def _operator(op_type: str, outputs: int = 1) -> type[TranslatedOperator]:
-    slots, defaults = onnx_signature(op_type)
-    namespace: dict[str, Any] = {
-        "op_type": op_type,
-        "slots": slots,
-        "attribute_defaults": defaults,
-        "outputs": outputs,
-        # ConstantOfShape's only input is a shape: there is no gradient at all
-        "no_gradient": op_type == "ConstantOfShape",
-        "__doc__": f"ONNX ``{op_type}``, as the mxnet graph executor runs it.",
-        "__module__": __name__,
-    }
-    return type(op_type, (TranslatedOperator,), namespace)
-
-
 #: The operator classes of this module, in the order of the kit's properties.
-TRANSFORMER_OPERATORS: tuple[type[TranslatedOperator], ...] = (
-    *(
-        _operator(op)
-        for op in (
-            "Gather",
-            "GatherElements",
-            "Slice",
-            "Shape",
-            "ConstantOfShape",
-            "Expand",
-            "Where",
-            "Equal",
-            "Less",
-            "Greater",
-            "Cast",
-            "Pow",
-            "Sqrt",
-            "Erf",
-            "Exp",
-            "Log",
-            "Gelu",
-            "ReduceMean",
-            "ReduceSum",
-            "ReduceMax",
-        )
-    ),
-    _operator("LayerNormalization", 3),
-    _operator("LSTM", 3),
-    _operator("GRU", 2),
+TRANSFORMER_OPERATORS: tuple[type[TranslatedOperator], ...] = graph_operator_classes(
+    TranslatedOperator, __name__, "as the mxnet graph executor runs it"
 )

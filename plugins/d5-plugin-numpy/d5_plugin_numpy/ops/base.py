@@ -20,6 +20,7 @@ __all__ = [
     "FLOAT_DTYPES",
     "INTEGER_DTYPES",
     "NUMERIC_DTYPES",
+    "DataGradientOperator",
     "ReferenceOperator",
     "as_ints",
     "as_str",
@@ -189,3 +190,30 @@ class ReferenceOperator(Operator):
                     f"with {result}"
                 ) from None
         return result
+
+
+class DataGradientOperator(ReferenceOperator):
+    """A reference operator whose only differentiable input is the first (the data; the
+    others hold indices, shapes or flags). Its backward gives ``None`` for the other
+    inputs, and for the data too when it does not hold floats; otherwise the data's
+    gradient is :meth:`data_gradient`'s."""
+
+    def data_gradient(
+        self,
+        grad_outputs: Sequence[np.ndarray],
+        inputs: Sequence[np.ndarray],
+        outputs: Sequence[np.ndarray],
+    ) -> np.ndarray:
+        """The gradient of the first input (a floating array), given the outputs'."""
+        raise NotImplementedError
+
+    def backward(
+        self,
+        grad_outputs: Sequence[np.ndarray],
+        inputs: Sequence[np.ndarray],
+        outputs: Sequence[np.ndarray],
+    ) -> list[np.ndarray | None]:
+        rest: list[np.ndarray | None] = [None] * (len(inputs) - 1)
+        if not is_float(inputs[0]):
+            return [None, *rest]
+        return [self.data_gradient(grad_outputs, inputs, outputs), *rest]

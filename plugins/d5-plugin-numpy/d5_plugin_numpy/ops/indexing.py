@@ -20,6 +20,7 @@ from onnx import helper
 from d5_plugin_numpy.ops.base import (
     ANY_DTYPES,
     NUMERIC_DTYPES,
+    DataGradientOperator,
     ReferenceOperator,
     as_str,
     is_float,
@@ -74,13 +75,18 @@ def _grad_of(x: np.ndarray, dy: np.ndarray) -> np.ndarray:
     return np.asarray(dy, dtype=x.dtype)
 
 
-class Gather(ReferenceOperator):
-    """ONNX Gather: entries of ``data`` along ``axis`` picked by ``indices`` (negative
-    ones count from the end); the output has shape ``data.shape[:axis] + indices.shape +
-    data.shape[axis + 1:]``. Backward scatters the gradient back, adding where an index
-    repeats."""
+def _scattered(x: np.ndarray, where: Any, dy: np.ndarray) -> np.ndarray:
+    """The gradient of ``x`` for an output ``x[where]`` whose gradient is ``dy``: ``dy``
+    added into zeros at ``where`` (an entry picked twice gets both)."""
+    dx = np.zeros_like(x)
+    np.add.at(dx, where, _grad_of(x, dy))
+    return dx
 
-    op_type = "Gather"
+
+class _AlongAxis(DataGradientOperator):
+    """An operator that picks entries of ``data`` along ``axis`` by integer ``indices``;
+    the gradient goes to ``data`` only."""
+
     input_names = ("data", "indices")
     min_inputs = 2
     integer_inputs = frozenset({1})
@@ -89,6 +95,15 @@ class Gather(ReferenceOperator):
 
     def configure(self, attributes: Mapping[str, Any]) -> None:
         self.axis = int(attributes["axis"])
+
+
+class Gather(_AlongAxis):
+    """ONNX Gather: entries of ``data`` along ``axis`` picked by ``indices`` (negative
+    ones count from the end); the output has shape ``data.shape[:axis] + indices.shape +
+    data.shape[axis + 1:]``. Backward scatters the gradient back, adding where an index
+    repeats."""
+
+    op_type = "Gather"
 
     def check_shapes(self, shapes: Sequence[tuple[int, ...]]) -> None:
         self.require_rank(shapes, 0, at_least=1)
@@ -100,37 +115,24 @@ class Gather(ReferenceOperator):
         idx = _indices_in_range(self, inputs[1], x.shape[axis], axis)
         return [np.take(x, idx, axis=axis)]
 
-    def backward(
+    def data_gradient(
         self,
         grad_outputs: Sequence[np.ndarray],
         inputs: Sequence[np.ndarray],
         outputs: Sequence[np.ndarray],
-    ) -> Grads:
+    ) -> np.ndarray:
         x = inputs[0]
-        if not is_float(x):
-            return [None, None]
         axis = _axis_in(self, self.axis, x.ndim)
         idx = _indices_in_range(self, inputs[1], x.shape[axis], axis)
-        dx = np.zeros_like(x)
-        where: Any = (slice(None),) * axis + (idx,)
-        np.add.at(dx, where, _grad_of(x, grad_outputs[0]))
-        return [dx, None]
+        return _scattered(x, (slice(None),) * axis + (idx,), grad_outputs[0])
 
 
-class GatherElements(ReferenceOperator):
+class GatherElements(_AlongAxis):
     """ONNX GatherElements: ``out[i][j][k] = data[i][indices[i][j][k]][k]`` for
     ``axis=1`` (likewise for others). ``indices`` has the rank of ``data`` and no larger
     size on any other axis; the output has its shape."""
 
     op_type = "GatherElements"
-    input_names = ("data", "indices")
-    min_inputs = 2
-    integer_inputs = frozenset({1})
-    data_dtypes = ANY_DTYPES
-    defaults = MappingProxyType({"axis": 0})
-
-    def configure(self, attributes: Mapping[str, Any]) -> None:
-        self.axis = int(attributes["axis"])
 
     def check_shapes(self, shapes: Sequence[tuple[int, ...]]) -> None:
         data, idx = shapes[0], shapes[1]
@@ -159,25 +161,21 @@ class GatherElements(ReferenceOperator):
     def forward(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         return [inputs[0][self._where(inputs)]]
 
-    def backward(
+    def data_gradient(
         self,
         grad_outputs: Sequence[np.ndarray],
         inputs: Sequence[np.ndarray],
         outputs: Sequence[np.ndarray],
-    ) -> Grads:
+    ) -> np.ndarray:
         x = inputs[0]
-        if not is_float(x):
-            return [None, None]
-        dx = np.zeros_like(x)
-        np.add.at(dx, self._where(inputs), _grad_of(x, grad_outputs[0]))
-        return [dx, None]
+        return _scattered(x, self._where(inputs), grad_outputs[0])
 
 
 def _ints(values: np.ndarray) -> list[int]:
     return [int(v) for v in np.asarray(values).reshape(-1)]
 
 
-class Slice(ReferenceOperator):
+class Slice(DataGradientOperator):
     """ONNX Slice (opset 13): ``starts``, ``ends`` and the optional ``axes`` (default
     every axis in order) and ``steps`` (default 1) are integer inputs. Negative starts
     and ends count from the end; both are then clamped to the axis, to ``[0, size]``
@@ -231,19 +229,14 @@ class Slice(ReferenceOperator):
         x = inputs[0]
         return [x[self.slices(x.shape, inputs)].copy()]
 
-    def backward(
+    def data_gradient(
         self,
         grad_outputs: Sequence[np.ndarray],
         inputs: Sequence[np.ndarray],
         outputs: Sequence[np.ndarray],
-    ) -> Grads:
+    ) -> np.ndarray:
         x = inputs[0]
-        rest: Grads = [None] * (len(inputs) - 1)
-        if not is_float(x):
-            return [None, *rest]
-        dx = np.zeros_like(x)
-        dx[self.slices(x.shape, inputs)] = _grad_of(x, grad_outputs[0])
-        return [dx, *rest]
+        return _scattered(x, self.slices(x.shape, inputs), grad_outputs[0])
 
 
 class Shape(ReferenceOperator):
@@ -321,7 +314,7 @@ class ConstantOfShape(ReferenceOperator):
         return [np.full(tuple(shape), self.value[0], dtype=self.value.dtype)]
 
 
-class Expand(ReferenceOperator):
+class Expand(DataGradientOperator):
     """ONNX Expand: ``input`` broadcast with the int64 ``shape`` in both directions (the
     output has the broadcast of the two shapes, so a size-1 entry of ``shape`` keeps the
     input's size). Backward sums the gradient over the broadcast axes."""
@@ -348,16 +341,14 @@ class Expand(ReferenceOperator):
         x = inputs[0]
         return [np.broadcast_to(x, self.target(x, inputs[1])).copy()]
 
-    def backward(
+    def data_gradient(
         self,
         grad_outputs: Sequence[np.ndarray],
         inputs: Sequence[np.ndarray],
         outputs: Sequence[np.ndarray],
-    ) -> Grads:
+    ) -> np.ndarray:
         x = inputs[0]
-        if not is_float(x):
-            return [None, None]
-        return [unbroadcast(_grad_of(x, grad_outputs[0]), x.shape).astype(x.dtype), None]
+        return unbroadcast(_grad_of(x, grad_outputs[0]), x.shape).astype(x.dtype)
 
 
 class Where(ReferenceOperator):

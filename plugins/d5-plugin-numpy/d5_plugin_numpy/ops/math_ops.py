@@ -10,13 +10,14 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from types import MappingProxyType
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from d5_plugin_numpy.ops.base import (
     FLOAT_DTYPES,
     NUMERIC_DTYPES,
+    DataGradientOperator,
     ReferenceOperator,
     as_ints,
     as_str,
@@ -103,9 +104,17 @@ class Pow(ReferenceOperator):
 
 class _Unary(ReferenceOperator):
     input_names = ("X",)
+    #: The numpy function of the forward, for operators that do not define ``value``.
+    function: ClassVar[np.ufunc]
+    #: The floating-point errors (numpy ``errstate`` names) that the forward may raise
+    #: on purpose: infinities and NaN are its values there.
+    expected_errors: ClassVar[tuple[str, ...]] = ()
 
     def value(self, x: np.ndarray) -> np.ndarray:
-        raise NotImplementedError
+        """The forward of ``x``."""
+        ignored: dict[str, Any] = dict.fromkeys(self.expected_errors, "ignore")
+        with np.errstate(**ignored):
+            return np.asarray(self.function(x))
 
     def derivative(self, x: np.ndarray, y: np.ndarray) -> np.ndarray:
         """The derivative at ``x``, where the forward gave ``y``."""
@@ -131,10 +140,8 @@ class Sqrt(_Unary):
     """``sqrt(x)`` (NaN below 0); the derivative ``1 / (2 sqrt(x))`` is infinite at 0."""
 
     op_type = "Sqrt"
-
-    def value(self, x: np.ndarray) -> np.ndarray:
-        with np.errstate(invalid="ignore"):
-            return np.asarray(np.sqrt(x))
+    function = np.sqrt
+    expected_errors = ("invalid",)
 
     def derivative(self, x: np.ndarray, y: np.ndarray) -> np.ndarray:
         return 0.5 / y
@@ -144,10 +151,8 @@ class Exp(_Unary):
     """``exp(x)``."""
 
     op_type = "Exp"
-
-    def value(self, x: np.ndarray) -> np.ndarray:
-        with np.errstate(over="ignore"):
-            return np.asarray(np.exp(x))
+    function = np.exp
+    expected_errors = ("over",)
 
     def derivative(self, x: np.ndarray, y: np.ndarray) -> np.ndarray:
         return y
@@ -157,10 +162,8 @@ class Log(_Unary):
     """The natural logarithm (``-inf`` at 0, NaN below); the derivative is ``1 / x``."""
 
     op_type = "Log"
-
-    def value(self, x: np.ndarray) -> np.ndarray:
-        with np.errstate(divide="ignore", invalid="ignore"):
-            return np.asarray(np.log(x))
+    function = np.log
+    expected_errors = ("divide", "invalid")
 
     def derivative(self, x: np.ndarray, y: np.ndarray) -> np.ndarray:
         return 1.0 / x
@@ -211,7 +214,7 @@ class Gelu(_Unary):
         return np.asarray(cdf + x * pdf)
 
 
-class _Reduce(ReferenceOperator):
+class _Reduce(DataGradientOperator):
     """A reduction over the axes in the optional ``axes`` input (opset 18): all axes when
     it is absent or empty, unless ``noop_with_empty_axes=1``, which makes an empty or
     absent ``axes`` the identity. ``keepdims`` keeps the reduced axes with size 1. The
@@ -268,22 +271,21 @@ class _Reduce(ReferenceOperator):
         """d output / d x, with ``kept`` the output with the reduced axes kept."""
         raise NotImplementedError
 
-    def backward(
+    def data_gradient(
         self,
         grad_outputs: Sequence[np.ndarray],
         inputs: Sequence[np.ndarray],
         outputs: Sequence[np.ndarray],
-    ) -> Grads:
+    ) -> np.ndarray:
         x = inputs[0]
-        rest: Grads = [None] * (len(inputs) - 1)
         dy = np.asarray(grad_outputs[0], dtype=x.dtype)
         axes = self.axes(x, inputs)
         if axes is None:
-            return [dy.copy(), *rest]
+            return dy.copy()
         kept_shape = tuple(1 if i in axes else n for i, n in enumerate(x.shape))
         kept = np.asarray(outputs[0], dtype=x.dtype).reshape(kept_shape)
         dx = dy.reshape(kept_shape) * self.local(x, kept, axes)
-        return [np.broadcast_to(dx, x.shape).astype(x.dtype), *rest]
+        return np.broadcast_to(dx, x.shape).astype(x.dtype)
 
 
 def _dropped(shape: tuple[int, ...], axes: tuple[int, ...]) -> tuple[int, ...]:
@@ -301,16 +303,6 @@ class ReduceSum(_Reduce):
 
     def local(self, x: np.ndarray, kept: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
         return np.ones((), dtype=x.dtype)
-
-    def backward(
-        self,
-        grad_outputs: Sequence[np.ndarray],
-        inputs: Sequence[np.ndarray],
-        outputs: Sequence[np.ndarray],
-    ) -> Grads:
-        if not is_float(inputs[0]):
-            return [None] * len(inputs)
-        return super().backward(grad_outputs, inputs, outputs)
 
 
 class ReduceMean(_Reduce):
@@ -348,13 +340,3 @@ class ReduceMax(_Reduce):
     def local(self, x: np.ndarray, kept: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
         hits = (x == kept).astype(x.dtype)
         return np.asarray(hits / hits.sum(axis=axes, keepdims=True))
-
-    def backward(
-        self,
-        grad_outputs: Sequence[np.ndarray],
-        inputs: Sequence[np.ndarray],
-        outputs: Sequence[np.ndarray],
-    ) -> Grads:
-        if not is_float(inputs[0]):
-            return [None] * len(inputs)
-        return super().backward(grad_outputs, inputs, outputs)

@@ -11,12 +11,10 @@ from typing import Any
 
 import numpy as np
 
-from d5_plugin_numpy.ops.base import ANY_DTYPES, ReferenceOperator, is_float
+from d5_plugin_numpy.ops.base import ANY_DTYPES, DataGradientOperator
 from d5core.api import UsageError
 
 __all__ = ["Split", "Trilu", "split_sizes"]
-
-Grads = list[np.ndarray | None]
 
 
 def split_sizes(length: int, split: np.ndarray | None, num_outputs: int | None) -> list[int]:
@@ -43,7 +41,7 @@ def split_sizes(length: int, split: np.ndarray | None, num_outputs: int | None) 
     return [chunk] * (num_outputs - 1) + [last]
 
 
-class Split(ReferenceOperator):
+class Split(DataGradientOperator):
     """ONNX Split (opset 18): cut ``input`` along ``axis`` into pieces whose sizes the
     optional int64 input ``split`` gives, or into ``num_outputs`` pieces of
     ``ceil(length / num_outputs)`` (the last one smaller). Exactly one of the two is given.
@@ -88,24 +86,21 @@ class Split(ReferenceOperator):
         ends = np.cumsum(sizes)[:-1]
         return [part.copy() for part in np.split(x, ends, axis=axis)]
 
-    def backward(
+    def data_gradient(
         self,
         grad_outputs: Sequence[np.ndarray | None],
         inputs: Sequence[np.ndarray],
         outputs: Sequence[np.ndarray],
-    ) -> Grads:
+    ) -> np.ndarray:
         x = np.asarray(inputs[0])
-        rest: Grads = [None] * (len(inputs) - 1)
-        if not is_float(x):
-            return [None, *rest]
         parts = [
             np.zeros_like(out) if g is None else np.asarray(g, dtype=x.dtype)
             for g, out in zip(grad_outputs, outputs, strict=True)
         ]
-        return [np.concatenate(parts, axis=self.axis % x.ndim), *rest]
+        return np.concatenate(parts, axis=self.axis % x.ndim)
 
 
-class Trilu(ReferenceOperator):
+class Trilu(DataGradientOperator):
     """ONNX Trilu (opset 14): keep the upper (``upper=1``, the default) or lower triangle
     of the last two axes of ``input``, on and above (below) diagonal ``k`` (the optional
     int64 scalar input, 0 when absent; positive ``k`` is above the main diagonal), and set
@@ -139,15 +134,12 @@ class Trilu(ReferenceOperator):
         x = np.asarray(inputs[0])
         return [np.where(self._mask(inputs), x, np.zeros((), dtype=x.dtype))]
 
-    def backward(
+    def data_gradient(
         self,
         grad_outputs: Sequence[np.ndarray],
         inputs: Sequence[np.ndarray],
         outputs: Sequence[np.ndarray],
-    ) -> Grads:
+    ) -> np.ndarray:
         x = np.asarray(inputs[0])
-        rest: Grads = [None] * (len(inputs) - 1)
-        if not is_float(x):
-            return [None, *rest]
         dy = np.asarray(grad_outputs[0], dtype=x.dtype)
-        return [np.where(self._mask(inputs), dy, np.zeros((), dtype=x.dtype)), *rest]
+        return np.where(self._mask(inputs), dy, np.zeros((), dtype=x.dtype))

@@ -36,15 +36,21 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from types import MappingProxyType
 from typing import Any, ClassVar
 
 import numpy as np
 
-from d5_plugin_numpy.ops.base import FLOAT_DTYPES, ReferenceOperator, as_str
-from d5core.api import TensorDescriptor, UsageError
+from d5_plugin_numpy.ops.base import FLOAT_DTYPES, ReferenceOperator
+from d5core.api import (
+    RECURRENT_GATES,
+    RecurrentActivationSpec,
+    TensorDescriptor,
+    UsageError,
+    onnx_signature,
+    recurrent_attributes,
+)
 
-__all__ = ["GRU", "LSTM", "RecurrentActivation", "recurrent_activations"]
+__all__ = ["GRU", "LSTM", "RecurrentActivation"]
 
 
 def _sigmoid(z: np.ndarray) -> np.ndarray:
@@ -53,32 +59,10 @@ def _sigmoid(z: np.ndarray) -> np.ndarray:
     return np.asarray(np.where(z >= 0, 1 / (1 + e), e / (1 + e)))
 
 
-#: name -> (uses alpha, uses beta, default alpha, default beta)
-_ACTIVATION_PARAMETERS: Mapping[str, tuple[bool, bool, float, float]] = MappingProxyType(
-    {
-        "Sigmoid": (False, False, 0.0, 0.0),
-        "Tanh": (False, False, 0.0, 0.0),
-        "Relu": (False, False, 0.0, 0.0),
-        "HardSigmoid": (True, True, 0.2, 0.5),
-        "LeakyRelu": (True, False, 0.01, 0.0),
-        "ThresholdedRelu": (True, False, 1.0, 0.0),
-        "ScaledTanh": (True, True, 1.0, 1.0),
-        "Affine": (True, True, 1.0, 0.0),
-        "Elu": (True, False, 1.0, 0.0),
-        "Softsign": (False, False, 0.0, 0.0),
-        "Softplus": (False, False, 0.0, 0.0),
-    }
-)
-_CANONICAL = {name.lower(): name for name in _ACTIVATION_PARAMETERS}
-
-
 @dataclass(frozen=True)
-class RecurrentActivation:
-    """One activation of a recurrent layer: its ONNX name and parameters."""
-
-    name: str
-    alpha: float = 0.0
-    beta: float = 0.0
+class RecurrentActivation(RecurrentActivationSpec):
+    """One activation of a recurrent layer (its ONNX name and parameters, as
+    :func:`d5core.api.recurrent_attributes` reads them), computed with numpy."""
 
     def __call__(self, z: np.ndarray) -> np.ndarray:
         """The activation of ``z``."""
@@ -133,45 +117,6 @@ class RecurrentActivation:
         return _sigmoid(z)  # Softplus
 
 
-def recurrent_activations(
-    op_type: str,
-    names: Sequence[Any] | None,
-    alphas: Sequence[Any] | None,
-    betas: Sequence[Any] | None,
-    defaults: Sequence[str],
-    directions: int,
-) -> list[list[RecurrentActivation]]:
-    """The activations of each direction, read from the ONNX attributes; a one-line
-    :class:`UsageError` for an unknown name or a list of the wrong length."""
-    per = len(defaults)
-    given = [as_str(n) for n in names] if names is not None else list(defaults) * directions
-    if len(given) != per * directions:
-        raise UsageError(
-            f"{op_type}: activations has {len(given)} names but {per * directions} are needed "
-            f"({per} per direction, for {directions} direction(s))"
-        )
-    alpha_left = [float(v) for v in (alphas if alphas is not None else [])]
-    beta_left = [float(v) for v in (betas if betas is not None else [])]
-    acts = []
-    for text in given:
-        name = _CANONICAL.get(text.lower())
-        if name is None:
-            raise UsageError(
-                f"{op_type}: unknown activation {text!r}; use one of "
-                f"{', '.join(_ACTIVATION_PARAMETERS)}"
-            )
-        uses_a, uses_b, a, b = _ACTIVATION_PARAMETERS[name]
-        if uses_a and alpha_left:
-            a = alpha_left.pop(0)
-        if uses_b and beta_left:
-            b = beta_left.pop(0)
-        acts.append(RecurrentActivation(name, a, b))
-    return [acts[d * per : (d + 1) * per] for d in range(directions)]
-
-
-_DIRECTIONS = {"forward": 1, "reverse": 1, "bidirectional": 2}
-
-
 def _absent(value: Any) -> bool:
     """Whether an input is absent: ``None``, or ``None`` wrapped in an array (as code
     that converts every input with ``numpy.asarray`` leaves it)."""
@@ -201,49 +146,22 @@ class _Recurrent(ReferenceOperator):
 
     #: Gates per direction.
     gates: ClassVar[int]
-    #: The default activations of one direction.
-    default_activations: ClassVar[tuple[str, ...]]
     #: The input slots that hold states shaped like ``initial_h``.
     state_inputs: ClassVar[tuple[int, ...]]
     min_inputs = 3
     integer_inputs = frozenset({4})
     absent_inputs = True
-    _common: ClassVar[dict[str, Any]] = {
-        "activation_alpha": None,
-        "activation_beta": None,
-        "activations": None,
-        "clip": None,
-        "direction": "forward",
-        "hidden_size": None,
-        "layout": 0,
-    }
 
     def configure(self, attributes: Mapping[str, Any]) -> None:
-        direction = as_str(attributes["direction"])
-        if direction not in _DIRECTIONS:
-            raise UsageError(
-                f"{self.op_type}: direction must be forward, reverse or bidirectional, "
-                f"not {direction!r}"
-            )
-        self.direction = direction
-        self.directions = _DIRECTIONS[direction]
-        self.layout = int(attributes["layout"])
-        if self.layout not in (0, 1):
-            raise UsageError(f"{self.op_type}: layout must be 0 or 1, not {self.layout}")
-        hidden = attributes["hidden_size"]
-        self.hidden_size = None if hidden is None else int(hidden)
-        clip = attributes["clip"]
-        if clip is not None and not float(clip) > 0:
-            raise UsageError(f"{self.op_type}: clip must be positive, not {clip}")
-        self.clip = _Clip(None if clip is None else float(clip))
-        self.activations = recurrent_activations(
-            self.op_type,
-            attributes["activations"],
-            attributes["activation_alpha"],
-            attributes["activation_beta"],
-            self.default_activations,
-            self.directions,
-        )
+        cfg = recurrent_attributes(self.op_type, attributes, self.op_type)
+        self.config = cfg
+        self.direction, self.directions = cfg.direction, cfg.directions
+        self.layout, self.hidden_size = cfg.layout, cfg.hidden_size
+        self.clip = _Clip(cfg.clip)
+        self.activations = [
+            [RecurrentActivation(a.name, a.alpha, a.beta) for a in per] for per in cfg.activations
+        ]
+        self.input_forget, self.linear_before_reset = cfg.input_forget, cfg.linear_before_reset
 
     # -- checks ------------------------------------------------------------------
 
@@ -284,41 +202,7 @@ class _Recurrent(ReferenceOperator):
 
     def check_shapes_of(self, shapes: Sequence[tuple[int, ...] | None]) -> None:
         """Check the shapes (``None`` for an absent input) against each other."""
-        x, w, r = shapes[0], shapes[1], shapes[2]
-        assert x is not None and w is not None and r is not None
-        if len(x) != 3:
-            axes = "(seq_length, batch, input_size)" if self.layout == 0 else "(batch, seq, input)"
-            raise UsageError(f"{self.op_type}: X must have rank 3 {axes}, but has shape {x}")
-        batch = x[1] if self.layout == 0 else x[0]
-        d, g = self.directions, self.gates
-        if len(r) != 3 or r[0] != d or r[1] != g * r[2]:
-            raise UsageError(
-                f"{self.op_type}: R must have shape (num_directions={d}, {g}*hidden_size, "
-                f"hidden_size), not {r}"
-            )
-        hidden = r[2]
-        if self.hidden_size is not None and self.hidden_size != hidden:
-            raise UsageError(
-                f"{self.op_type}: hidden_size is {self.hidden_size} but R of shape {r} has "
-                f"hidden size {hidden}"
-            )
-        expected: dict[int, tuple[int, ...]] = {
-            1: (d, g * hidden, x[2]),
-            3: (d, 2 * g * hidden),
-            4: (batch,),
-        }
-        state = (d, batch, hidden) if self.layout == 0 else (batch, d, hidden)
-        for i in self.state_inputs:
-            expected[i] = state
-        if self.gates == 4:
-            expected[7] = (d, 3 * hidden)
-        for i, want in expected.items():
-            got = shapes[i] if i < len(shapes) else None
-            if got is not None and tuple(got) != want:
-                raise UsageError(
-                    f"{self.op_type}: input {self.input_names[i]} must have shape {want} for "
-                    f"X {x}, R {r} and direction {self.direction}, not {tuple(got)}"
-                )
+        self.config.check_shapes(shapes, self.op_type)
 
     # -- shared pieces -----------------------------------------------------------
 
@@ -399,14 +283,9 @@ class LSTM(_Recurrent):
 
     op_type = "LSTM"
     input_names = ("X", "W", "R", "B", "sequence_lens", "initial_h", "initial_c", "P")
-    gates = 4
-    default_activations = ("Sigmoid", "Tanh", "Tanh")
+    gates = RECURRENT_GATES["LSTM"]
     state_inputs = (5, 6)
-    defaults = MappingProxyType({**_Recurrent._common, "input_forget": 0})
-
-    def configure(self, attributes: Mapping[str, Any]) -> None:
-        super().configure(attributes)
-        self.input_forget = bool(int(attributes["input_forget"]))
+    defaults = onnx_signature("LSTM").attribute_defaults
 
     def _run(
         self, inputs: Sequence[np.ndarray | None], keep: bool
@@ -533,14 +412,9 @@ class GRU(_Recurrent):
 
     op_type = "GRU"
     input_names = ("X", "W", "R", "B", "sequence_lens", "initial_h")
-    gates = 3
-    default_activations = ("Sigmoid", "Tanh")
+    gates = RECURRENT_GATES["GRU"]
     state_inputs = (5,)
-    defaults = MappingProxyType({**_Recurrent._common, "linear_before_reset": 0})
-
-    def configure(self, attributes: Mapping[str, Any]) -> None:
-        super().configure(attributes)
-        self.linear_before_reset = bool(int(attributes["linear_before_reset"]))
+    defaults = onnx_signature("GRU").attribute_defaults
 
     def _run(
         self, inputs: Sequence[np.ndarray | None], keep: bool

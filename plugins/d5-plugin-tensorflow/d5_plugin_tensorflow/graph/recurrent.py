@@ -22,28 +22,11 @@ import onnx
 
 from d5_plugin_tensorflow._tf import tensorflow
 from d5_plugin_tensorflow.graph.translation import NodeBuilder, NodeFn
-from d5core.api import UsageError
+from d5core.api import RECURRENT_GATES, UsageError, recurrent_attributes
 
 __all__ = ["RecurrentNodes"]
 
 tf = tensorflow()
-
-#: Activation name -> (uses alpha, uses beta, default alpha, default beta), as ONNX's
-#: operators of those names have them.
-_PARAMETERS: dict[str, tuple[bool, bool, float, float]] = {
-    "Sigmoid": (False, False, 0.0, 0.0),
-    "Tanh": (False, False, 0.0, 0.0),
-    "Relu": (False, False, 0.0, 0.0),
-    "HardSigmoid": (True, True, 0.2, 0.5),
-    "LeakyRelu": (True, False, 0.01, 0.0),
-    "ThresholdedRelu": (True, False, 1.0, 0.0),
-    "ScaledTanh": (True, True, 1.0, 1.0),
-    "Affine": (True, True, 1.0, 0.0),
-    "Elu": (True, False, 1.0, 0.0),
-    "Softsign": (False, False, 0.0, 0.0),
-    "Softplus": (False, False, 0.0, 0.0),
-}
-_CANONICAL = {name.lower(): name for name in _PARAMETERS}
 
 
 def _activation(name: str, a: float, b: float) -> Callable[[Any], Any]:
@@ -64,65 +47,15 @@ def _activation(name: str, a: float, b: float) -> Callable[[Any], Any]:
     return functions[name]
 
 
-def _activations(a: dict[str, Any], defaults: list[str], dirs: int) -> list[list[Any]]:
-    """The activations of each direction; ``activation_alpha`` and ``activation_beta``
-    are consumed in order by the activations that take them (the ONNX operator's default
-    past the end of the lists)."""
-    names = [
-        n.decode() if isinstance(n, bytes) else str(n)
-        for n in a.get("activations") or defaults * dirs
-    ]
-    if len(names) != len(defaults) * dirs:
-        raise UsageError(f"expected {len(defaults) * dirs} activations, not {len(names)}")
-    alphas = [float(v) for v in a.get("activation_alpha") or []]
-    betas = [float(v) for v in a.get("activation_beta") or []]
-    acts = []
-    for text in names:
-        name = _CANONICAL.get(text.lower())
-        if name is None:
-            raise UsageError(
-                f"activation {text} is not supported by the tensorflow executor; use one "
-                f"of {', '.join(_PARAMETERS)}"
-            )
-        uses_a, uses_b, alpha, beta = _PARAMETERS[name]
-        if uses_a and alphas:
-            alpha = alphas.pop(0)
-        if uses_b and betas:
-            beta = betas.pop(0)
-        acts.append(_activation(name, alpha, beta))
-    per = len(defaults)
-    return [acts[d * per : (d + 1) * per] for d in range(dirs)]
-
-
-def _settings(a: dict[str, Any], gates: int) -> dict[str, Any]:
-    """The attributes of an LSTM (4 gates) or GRU (3 gates), checked."""
-    direction = str(a.get("direction", "forward"))
-    if direction not in ("forward", "reverse", "bidirectional"):
-        raise UsageError(f"direction must be forward, reverse or bidirectional, not {direction!r}")
-    defaults = ["Sigmoid", "Tanh", "Tanh"] if gates == 4 else ["Sigmoid", "Tanh"]
-    dirs = 2 if direction == "bidirectional" else 1
-    clip = a.get("clip")
-    hidden = a.get("hidden_size")
-    return {
-        "dirs": dirs,
-        "reverse": direction == "reverse",
-        "acts": _activations(a, defaults, dirs),
-        "hidden": None if hidden is None else int(hidden),
-        "clip": None if clip is None else float(clip),
-        "layout": int(a.get("layout", 0)),
-        "linear_before_reset": bool(int(a.get("linear_before_reset", 0))),
-        "input_forget": bool(int(a.get("input_forget", 0))),
-    }
-
-
 class RecurrentNodes(NodeBuilder):
     """Translations of LSTM and GRU."""
 
     def _recurrent(self, node: onnx.NodeProto, a: dict[str, Any]) -> NodeFn:
         lstm = node.op_type == "LSTM"
-        gates = 4 if lstm else 3
-        cfg = _settings(a, gates)
-        dirs, clip = cfg["dirs"], cfg["clip"]
+        gates = RECURRENT_GATES[node.op_type]
+        cfg = recurrent_attributes(node.op_type, a)
+        acts = [[_activation(s.name, s.alpha, s.beta) for s in per] for per in cfg.activations]
+        dirs, clip = cfg.directions, cfg.clip
         count = 8 if lstm else 6
 
         def clipped(v: Any) -> Any:
@@ -131,12 +64,12 @@ class RecurrentNodes(NodeBuilder):
         def run(*xs: Any) -> tuple[Any, ...]:
             x, w, r, b, lens, h0, c0, p = (list(xs) + [None] * 8)[:8]
             hidden = int(r.shape[-1])
-            if cfg["hidden"] is not None and cfg["hidden"] != hidden:
+            if cfg.hidden_size is not None and cfg.hidden_size != hidden:
                 raise UsageError(
-                    f"node {node.name!r} ({node.op_type}): hidden_size is {cfg['hidden']} "
+                    f"node {node.name!r} ({node.op_type}): hidden_size is {cfg.hidden_size} "
                     f"but R has shape {tuple(r.shape)}"
                 )
-            if cfg["layout"]:  # batch first: to (steps, batch, ...) and (dirs, batch, ...)
+            if cfg.layout:  # batch first: to (steps, batch, ...) and (dirs, batch, ...)
                 x = tf.transpose(x, (1, 0, 2))
                 h0 = None if h0 is None else tf.transpose(h0, (1, 0, 2))
                 c0 = None if c0 is None else tf.transpose(c0, (1, 0, 2))
@@ -150,8 +83,8 @@ class RecurrentNodes(NodeBuilder):
                 mask = tf.cast(tf.sequence_mask(lens, steps), x.dtype)  # (batch, steps)
             ys, last_h, last_c = [], [], []
             for d in range(dirs):
-                f, g = cfg["acts"][d][0], cfg["acts"][d][1]
-                backward = cfg["reverse"] or d == 1
+                f, g = acts[d][0], acts[d][1]
+                backward = cfg.direction == "reverse" or d == 1
                 seq = x
                 if backward:
                     seq = (
@@ -185,17 +118,17 @@ class RecurrentNodes(NodeBuilder):
                             pi = pi + p[d, :hidden] * c
                             pf = pf + p[d, 2 * hidden :] * c
                         i_t, c_t = f(clipped(pi)), g(clipped(pc))
-                        f_t = 1 - i_t if cfg["input_forget"] else f(clipped(pf))
+                        f_t = 1 - i_t if cfg.input_forget else f(clipped(pf))
                         c_new = f_t * c + i_t * c_t
                         if p is not None:
                             po = po + p[d, hidden : 2 * hidden] * c_new
-                        h_new = f(clipped(po)) * cfg["acts"][d][2](c_new)
+                        h_new = f(clipped(po)) * acts[d][2](c_new)
                     else:
                         zr = tf.matmul(h, rd[:, : 2 * hidden])
                         z_t = f(clipped(xt[:, :hidden] + zr[:, :hidden]))
                         r_t = f(clipped(xt[:, hidden : 2 * hidden] + zr[:, hidden:]))
                         rh = rd[:, 2 * hidden :]
-                        if cfg["linear_before_reset"]:
+                        if cfg.linear_before_reset:
                             hr = tf.matmul(h, rh)
                             if rb is not None:
                                 hr = hr + rb[2 * hidden :]
@@ -228,13 +161,13 @@ class RecurrentNodes(NodeBuilder):
                 last_c.append(c)
             y_all = tf.stack(ys, 1)  # (steps, dirs, batch, hidden)
             y_h = tf.stack(last_h, 0)
-            if cfg["layout"]:
+            if cfg.layout:
                 y_all = tf.transpose(y_all, (2, 0, 1, 3))
                 y_h = tf.transpose(y_h, (1, 0, 2))
             results: list[Any] = [y_all, y_h]
             if lstm:
                 y_c = tf.stack(last_c, 0)
-                results.append(tf.transpose(y_c, (1, 0, 2)) if cfg["layout"] else y_c)
+                results.append(tf.transpose(y_c, (1, 0, 2)) if cfg.layout else y_c)
             return tuple(results[: len(node.output)])
 
         return self._node(node, run, node.input[:count])

@@ -12,67 +12,33 @@ value; index inputs (Gather's indices) are int64 tensors, Where's condition a bo
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
-import onnx
 
 from d5_plugin_tensorflow.graph.nodes import Translator
 from d5_plugin_tensorflow.ops._base import Plan, Signature, TFOperator
-from d5core.api import UsageError, onnx_signature
+from d5core.api import (
+    GraphNodeOperator,
+    UsageError,
+    graph_operator_classes,
+    one_node,
+    one_node_opset,
+)
 
 __all__ = ["TRANSFORMER_OPERATORS", "TranslatedOperator"]
 
-#: The opset the one-node graphs declare (axes of reductions are inputs from 18; Gelu is
-#: from 20).
-_OPSET = 21
-#: The last opset in which each reduction takes its axes as an attribute.
-_AXES_ATTRIBUTE_UNTIL = {"ReduceSum": 12, "ReduceMean": 17, "ReduceMax": 17}
 
-
-def _attribute(value: Any) -> Any:
-    """An attribute value as ``onnx.helper.make_node`` takes it."""
-    if isinstance(value, np.ndarray):
-        return onnx.numpy_helper.from_array(value)
-    if isinstance(value, np.generic):
-        return value.item()
-    return value
-
-
-class TranslatedOperator(TFOperator):
-    """An operator whose kernel is the graph executor's translation of its node.
-
-    Subclasses set ``op_type``, its ONNX ``slots`` and ``attribute_defaults``, and
-    :attr:`outputs` (how many outputs the node has).
-    """
-
-    #: The number of the node's outputs.
-    outputs: ClassVar[int] = 1
-
-    @property
-    def differentiable(self) -> bool:
-        """Whether there is a backward to check: not for an operator that declares no
-        gradient at all (ConstantOfShape, whose only input is a shape)."""
-        return not self.no_gradient
-
-    def _opset(self) -> int:
-        given = self.attributes.get("axes")
-        until = _AXES_ATTRIBUTE_UNTIL.get(self.op_type)
-        return until if until is not None and given is not None else _OPSET
-
-    def _node(self, count: int) -> onnx.NodeProto:
-        names = [f"in{i}" for i in range(count)]
-        attributes = {k: _attribute(v) for k, v in self.attributes.items() if v is not None}
-        outputs = [f"out{i}" for i in range(type(self).outputs)]
-        return onnx.helper.make_node(self.op_type, names, outputs, name=self.op_type, **attributes)
+class TranslatedOperator(GraphNodeOperator, TFOperator):
+    """An operator whose kernel is the graph executor's translation of its node (one
+    subclass per operator, made by :func:`d5core.api.graph_operator_classes`)."""
 
     def build(self, sig: Signature, *, for_grad: bool) -> Plan:
-        node = self._node(len(sig.arrays))
-        for position, array in enumerate(sig.arrays):
-            if array is None:
-                node.input[position] = ""
+        present = [a is not None for a in sig.arrays]
+        node = one_node(self.op_type, self.attributes, present, type(self).outputs)
+        opset = one_node_opset(self.op_type, self.attributes)
         try:
-            translated = Translator(self._opset(), False).translate(node)
+            translated = Translator(opset, False).translate(node)
         except UsageError as exc:
             raise self.fail(str(exc).split(": ", 1)[-1]) from None
         statics = {
@@ -98,50 +64,7 @@ class TranslatedOperator(TFOperator):
         return Plan(kernel)
 
 
-def _operator(op_type: str, outputs: int = 1) -> type[TranslatedOperator]:
-    slots, defaults = onnx_signature(op_type)
-    doc = f"ONNX ``{op_type}``, as the tensorflow graph executor translates it."
-    namespace: dict[str, Any] = {
-        "op_type": op_type,
-        "slots": slots,
-        "attribute_defaults": defaults,
-        "outputs": outputs,
-        # ConstantOfShape's only input is a shape: there is no gradient at all
-        "no_gradient": op_type == "ConstantOfShape",
-        "__doc__": doc,
-        "__module__": __name__,
-    }
-    return type(op_type, (TranslatedOperator,), namespace)
-
-
 #: The operator classes of this module, in the order of the kit's properties.
-TRANSFORMER_OPERATORS: tuple[type[TranslatedOperator], ...] = (
-    *(
-        _operator(op)
-        for op in (
-            "Gather",
-            "GatherElements",
-            "Slice",
-            "Shape",
-            "ConstantOfShape",
-            "Expand",
-            "Where",
-            "Equal",
-            "Less",
-            "Greater",
-            "Cast",
-            "Pow",
-            "Sqrt",
-            "Erf",
-            "Exp",
-            "Log",
-            "Gelu",
-            "ReduceMean",
-            "ReduceSum",
-            "ReduceMax",
-        )
-    ),
-    _operator("LayerNormalization", 3),
-    _operator("LSTM", 3),
-    _operator("GRU", 2),
+TRANSFORMER_OPERATORS: tuple[type[TranslatedOperator], ...] = graph_operator_classes(
+    TranslatedOperator, __name__, "as the tensorflow graph executor translates it"
 )

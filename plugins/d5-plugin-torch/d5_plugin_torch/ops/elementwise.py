@@ -16,13 +16,15 @@ __all__ = ["Add", "Div", "Identity", "Mul", "Sub", "Sum"]
 
 
 class _Broadcasting(TorchOperator):
+    """An element-wise operator whose inputs broadcast together (numpy's rules)."""
+
     def check(self, sig: Signature) -> None:
         shapes = [s for s in sig.shapes if s is not None]
         try:
             np.broadcast_shapes(*shapes)
         except ValueError:
             pairs = zip(sig.slots, sig.shapes, strict=True)
-            listed = ", ".join(f"{slot.name} {shape}" for slot, shape in pairs)
+            listed = ", ".join(f"{slot.name} {self.format_shape(s or ())}" for slot, s in pairs)
             raise self.fail(f"input shapes do not broadcast: {listed}") from None
 
 

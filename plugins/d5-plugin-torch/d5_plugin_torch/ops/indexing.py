@@ -88,18 +88,22 @@ def slice_bounds(start: int, end: int, step: int, dim: int) -> tuple[int, int, i
     return start, end, count
 
 
-class Gather(TorchOperator):
+class _AlongAxis(TorchOperator):
+    """An operator that picks entries of ``data`` (its first input) along ``axis``."""
+
+    def _axis(self, sig: Signature) -> int:
+        data = self.require_rank(sig, 0, at_least=1)
+        (axis,) = normalize_axes(self.op_type, [int(self.attr("axis"))], len(data), "axis")
+        return axis
+
+
+class Gather(_AlongAxis):
     """ONNX ``Gather``: entries of ``data`` along ``axis`` picked by ``indices`` of any
     shape, by ``torch.index_select`` on the flattened indices and a reshape. The output
     has shape ``data[:axis] + indices + data[axis + 1:]``."""
 
     op_type = "Gather"
     slots, attribute_defaults = onnx_signature("Gather")
-
-    def _axis(self, sig: Signature) -> int:
-        data = self.require_rank(sig, 0, at_least=1)
-        (axis,) = normalize_axes(self.op_type, [int(self.attr("axis"))], len(data), "axis")
-        return axis
 
     def check(self, sig: Signature) -> None:
         axis = self._axis(sig)
@@ -138,17 +142,12 @@ class Gather(TorchOperator):
         return kernel
 
 
-class GatherElements(TorchOperator):
+class GatherElements(_AlongAxis):
     """ONNX ``GatherElements``: ``out[i][j] = data[indices[i][j]][j]`` for ``axis=0``
     (and so on), by ``torch.gather``; the output has the shape of ``indices``."""
 
     op_type = "GatherElements"
     slots, attribute_defaults = onnx_signature("GatherElements")
-
-    def _axis(self, sig: Signature) -> int:
-        data = self.require_rank(sig, 0, at_least=1)
-        (axis,) = normalize_axes(self.op_type, [int(self.attr("axis"))], len(data), "axis")
-        return axis
 
     def check(self, sig: Signature) -> None:
         axis = self._axis(sig)

@@ -7,11 +7,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import ClassVar
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
 from d5_plugin_torch.ops._base import Kernel, Signature, TorchOperator
+from d5_plugin_torch.ops.elementwise import _Binary, _Broadcasting
 from d5core.api import integer_values, normalize_axes, onnx_signature
 
 __all__ = [
@@ -30,28 +30,9 @@ __all__ = [
 ]
 
 
-class _Broadcasting(TorchOperator):
-    """An element-wise operator whose inputs broadcast together (numpy's rules)."""
-
-    def check(self, sig: Signature) -> None:
-        shapes = [s for s in sig.shapes if s is not None]
-        try:
-            np.broadcast_shapes(*shapes)
-        except ValueError:
-            pairs = zip(sig.slots, sig.shapes, strict=True)
-            listed = ", ".join(f"{slot.name} {self.format_shape(s or ())}" for slot, s in pairs)
-            raise self.fail(f"input shapes do not broadcast: {listed}") from None
-
-
-class _Comparison(_Broadcasting):
+class _Comparison(_Binary):
     """A comparison: its bool result is piecewise constant, so the floating inputs get
     zero gradients (exact away from the points where the result flips)."""
-
-    function: ClassVar[Callable[[torch.Tensor, torch.Tensor], torch.Tensor]]
-
-    def build(self, sig: Signature, *, for_grad: bool) -> Kernel:
-        function = type(self).function
-        return lambda a, b: (function(a, b),)
 
 
 class Equal(_Comparison):

@@ -51,37 +51,21 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from d5_plugin_torch.ops._base import Kernel, Signature, TorchOperator
-from d5core.api import UsageError, onnx_signature
+from d5core.api import (
+    RECURRENT_GATES,
+    RecurrentActivationSpec,
+    RecurrentAttributes,
+    UsageError,
+    onnx_signature,
+    recurrent_attributes,
+)
 
 __all__ = ["GRU", "LSTM", "gru", "lstm"]
 
-#: name -> (uses alpha, uses beta, default alpha, default beta)
-_PARAMETERS: Mapping[str, tuple[bool, bool, float, float]] = {
-    "Sigmoid": (False, False, 0.0, 0.0),
-    "Tanh": (False, False, 0.0, 0.0),
-    "Relu": (False, False, 0.0, 0.0),
-    "HardSigmoid": (True, True, 0.2, 0.5),
-    "LeakyRelu": (True, False, 0.01, 0.0),
-    "ThresholdedRelu": (True, False, 1.0, 0.0),
-    "ScaledTanh": (True, True, 1.0, 1.0),
-    "Affine": (True, True, 1.0, 0.0),
-    "Elu": (True, False, 1.0, 0.0),
-    "Softsign": (False, False, 0.0, 0.0),
-    "Softplus": (False, False, 0.0, 0.0),
-}
-_CANONICAL = {name.lower(): name for name in _PARAMETERS}
-_DIRECTIONS = {"forward": 1, "reverse": 1, "bidirectional": 2}
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
 
 @dataclass(frozen=True)
-class _Activation:
-    name: str
-    alpha: float = 0.0
-    beta: float = 0.0
+class _Activation(RecurrentActivationSpec):
+    """An activation as :func:`d5core.api.recurrent_attributes` reads it, in torch."""
 
     def __call__(self, z: Tensor) -> Tensor:
         a, b, name = self.alpha, self.beta, self.name
@@ -109,23 +93,16 @@ class _Activation:
 
 
 @dataclass(frozen=True)
-class _Config:
-    """The attributes of one LSTM or GRU, read and checked."""
+class _Config(RecurrentAttributes):
+    """The attributes of one LSTM or GRU, read and checked, with the activations as
+    torch functions."""
 
-    op_type: str
-    direction: str
-    directions: int
-    layout: int
-    hidden_size: int | None
-    activations: tuple[tuple[_Activation, ...], ...]
-    clip: float | None
-    #: LSTM: input_forget; GRU: linear_before_reset.
-    flag: bool
+    functions: tuple[tuple[_Activation, ...], ...] = ()
 
     @property
-    def default_activations(self) -> bool:
-        defaults = ("Sigmoid", "Tanh", "Tanh")
-        return all(act.name == defaults[i] for per in self.activations for i, act in enumerate(per))
+    def flag(self) -> bool:
+        """LSTM: input_forget; GRU: linear_before_reset."""
+        return self.input_forget if self.op_type == "LSTM" else self.linear_before_reset
 
 
 def _config(op_type: str, attributes: Mapping[str, Any]) -> _Config:
@@ -136,99 +113,14 @@ def _config(op_type: str, attributes: Mapping[str, Any]) -> _Config:
         raise UsageError(
             f"{op_type}: unknown attribute {unknown[0]!r}; it takes: {', '.join(sorted(defaults))}"
         )
-    attrs = {**defaults, **{k: v for k, v in attributes.items() if v is not None}}
-    direction = _text(attrs["direction"])
-    if direction not in _DIRECTIONS:
-        raise UsageError(
-            f"{op_type}: direction must be forward, reverse or bidirectional, not {direction!r}"
-        )
-    directions = _DIRECTIONS[direction]
-    layout = int(attrs["layout"])
-    if layout not in (0, 1):
-        raise UsageError(f"{op_type}: layout must be 0 or 1, not {layout}")
-    clip = attrs["clip"]
-    if clip is not None and not float(clip) > 0:
-        raise UsageError(f"{op_type}: clip must be positive, not {clip}")
-    per = 3 if op_type == "LSTM" else 2
-    names = attrs["activations"]
-    given = [_text(n) for n in names] if names is not None else ["Sigmoid", "Tanh", "Tanh"][:per]
-    if names is None:
-        given = given * directions
-    if len(given) != per * directions:
-        raise UsageError(
-            f"{op_type}: activations has {len(given)} names but {per * directions} are needed "
-            f"({per} per direction, for {directions} direction(s))"
-        )
-    alphas = [float(v) for v in (attrs["activation_alpha"] or [])]
-    betas = [float(v) for v in (attrs["activation_beta"] or [])]
-    acts: list[_Activation] = []
-    for text in given:
-        name = _CANONICAL.get(text.lower())
-        if name is None:
-            raise UsageError(
-                f"{op_type}: unknown activation {text!r}; use one of {', '.join(_PARAMETERS)}"
-            )
-        uses_a, uses_b, a, b = _PARAMETERS[name]
-        if uses_a and alphas:
-            a = alphas.pop(0)
-        if uses_b and betas:
-            b = betas.pop(0)
-        acts.append(_Activation(name, a, b))
-    flag_name = "input_forget" if op_type == "LSTM" else "linear_before_reset"
-    hidden = attrs["hidden_size"]
-    return _Config(
-        op_type=op_type,
-        direction=direction,
-        directions=directions,
-        layout=layout,
-        hidden_size=None if hidden is None else int(hidden),
-        activations=tuple(tuple(acts[d * per : (d + 1) * per]) for d in range(directions)),
-        clip=None if clip is None else float(clip),
-        flag=bool(int(attrs[flag_name])),
+    cfg = recurrent_attributes(op_type, attributes, op_type)
+    functions = tuple(
+        tuple(_Activation(a.name, a.alpha, a.beta) for a in per) for per in cfg.activations
     )
+    return _Config(**vars(cfg), functions=functions)
 
 
 _NAMES = ("X", "W", "R", "B", "sequence_lens", "initial_h", "initial_c", "P")
-
-
-def _check_shapes(cfg: _Config, shapes: Sequence[tuple[int, ...] | None]) -> None:
-    """Refuse shapes that do not fit together, with one line."""
-    op = cfg.op_type
-    gates = 4 if op == "LSTM" else 3
-    x, r = shapes[0], shapes[2]
-    assert x is not None and r is not None
-    if len(x) != 3:
-        axes = "(seq_length, batch, input_size)" if cfg.layout == 0 else "(batch, seq, input)"
-        raise UsageError(f"{op}: X must have rank 3 {axes}, but has shape {tuple(x)}")
-    batch = x[1] if cfg.layout == 0 else x[0]
-    d = cfg.directions
-    if len(r) != 3 or r[0] != d or r[1] != gates * r[2]:
-        raise UsageError(
-            f"{op}: R must have shape (num_directions={d}, {gates}*hidden_size, hidden_size), "
-            f"not {tuple(r)}"
-        )
-    hidden = r[2]
-    if cfg.hidden_size is not None and cfg.hidden_size != hidden:
-        raise UsageError(
-            f"{op}: hidden_size is {cfg.hidden_size} but R of shape {tuple(r)} has hidden "
-            f"size {hidden}"
-        )
-    state = (d, batch, hidden) if cfg.layout == 0 else (batch, d, hidden)
-    expected: dict[int, tuple[int, ...]] = {
-        1: (d, gates * hidden, x[2]),
-        3: (d, 2 * gates * hidden),
-        4: (batch,),
-        5: state,
-    }
-    if op == "LSTM":
-        expected.update({6: state, 7: (d, 3 * hidden)})
-    for i, want in expected.items():
-        got = shapes[i] if i < len(shapes) else None
-        if got is not None and tuple(got) != want:
-            raise UsageError(
-                f"{op}: input {_NAMES[i]} must have shape {want} for X {tuple(x)}, R "
-                f"{tuple(r)} and direction {cfg.direction}, not {tuple(got)}"
-            )
 
 
 def _shapes(tensors: Sequence[Tensor | None]) -> list[tuple[int, ...] | None]:
@@ -286,7 +178,7 @@ def _lstm_general(
     clamp = _clamp(cfg)
     ys, hs, cs = [], [], []
     for d in range(cfg.directions):
-        fa, ga, ha = cfg.activations[d]
+        fa, ga, ha = cfg.functions[d]
         xw = torch.matmul(x, w[d].t())
         if b is not None:
             xw = xw + (b[d, : 4 * hidden] + b[d, 4 * hidden :])
@@ -333,7 +225,7 @@ def _gru_general(
     clamp = _clamp(cfg)
     ys, hs = [], []
     for d in range(cfg.directions):
-        fa, ga = cfg.activations[d]
+        fa, ga = cfg.functions[d]
         xw = torch.matmul(x, w[d].t())
         if b is not None:
             xw = xw + b[d, : 3 * hidden]
@@ -398,7 +290,7 @@ def _fused(
 ) -> tuple[Tensor, ...]:
     """torch's fused LSTM or GRU (``linear_before_reset=1``), ONNX's gates reordered."""
     is_lstm = cfg.op_type == "LSTM"
-    gates = 4 if is_lstm else 3
+    gates = RECURRENT_GATES[cfg.op_type]
     order = [0, 2, 3, 1] if is_lstm else [1, 0, 2]
     steps, batch = x.shape[0], x.shape[1]
     hidden = r.shape[2]
@@ -450,7 +342,7 @@ def _run(
         missing = [n for n, t in zip(_NAMES, (x, w, r), strict=False) if t is None]
         raise UsageError(f"{cfg.op_type}: input {missing[0]} is required")
     if check:
-        _check_shapes(cfg, _shapes(given))
+        cfg.check_shapes(_shapes(given), cfg.op_type)
     x, (h0, c0) = _to_layout0(cfg, x, [h0, c0])
     if fused and _can_fuse(cfg, lens, p):
         outs = _fused(cfg, x, w, r, b, h0, c0)
@@ -513,7 +405,7 @@ class _Recurrent(TorchOperator):
         self.config = _config(self.op_type, self.attributes)
 
     def check(self, sig: Signature) -> None:
-        _check_shapes(self.config, sig.shapes)
+        self.config.check_shapes(sig.shapes, self.config.op_type)
         lens = sig.value("sequence_lens")
         if sig.values_known and lens is not None:
             x = sig.shapes[0]
