@@ -171,6 +171,48 @@ def small_problems(seed: int = 7) -> dict[str, Problem]:
         "Identity": ({}, [f(2, 3)]),
         "SoftmaxCrossEntropyLoss": ({}, [f(4, 3, 2), labels]),
         "MeanSquaredError": ({}, [f(3, 4), f(3, 4)]),
+        # the operators of transformer and recurrent models
+        "Gather": ({"axis": 1}, [f(3, 4), np.array([[0, -1], [2, 2]])]),
+        "GatherElements": ({"axis": 1}, [f(3, 4), np.array([[0, 3], [1, -1], [2, 2]])]),
+        "Slice": (
+            {},
+            [f(4, 5), np.array([3, 0]), np.array([0, 5]), np.array([0, 1]), np.array([-1, 2])],
+        ),
+        "Shape": ({"start": 1}, [f(2, 3, 4)]),
+        "ConstantOfShape": ({"value": np.array([0.5], np.float32)}, [np.array([2, 3])]),
+        "Expand": ({}, [f(3, 1), np.array([2, 3, 4])]),
+        "Where": ({}, [np.array([True, False, True]), f(2, 3), f(3)]),
+        "Equal": ({}, [f(3, 4), f(4)]),
+        "Less": ({}, [f(3, 4), f(4)]),
+        "Greater": ({}, [f(3, 4), f(4)]),
+        "Cast": ({"to": 11}, [f(3, 4)]),
+        "Pow": ({}, [pos(3, 4), f(4)]),
+        "Sqrt": ({}, [pos(3, 4)]),
+        "Erf": ({}, [f(3, 4)]),
+        "Exp": ({}, [f(3, 4)]),
+        "Log": ({}, [pos(3, 4)]),
+        "Gelu": ({"approximate": "tanh"}, [f(3, 4)]),
+        "ReduceMean": ({}, [f(2, 3, 4), np.array([1])]),
+        "ReduceSum": ({"keepdims": 0}, [f(2, 3, 4), np.array([0, -1])]),
+        "ReduceMax": ({"axes": [1]}, [f(2, 3, 4)]),
+        "LayerNormalization": ({}, [f(2, 3, 4), pos(4), f(4)]),
+        # recurrent layers: the recurrence written out (lengths, peepholes), torch's fused GRU
+        "LSTM": (
+            {"direction": "bidirectional"},
+            [
+                f(3, 2, 2),
+                f(2, 8, 2),
+                f(2, 8, 2),
+                f(2, 16),
+                np.array([3, 1]),
+                f(2, 2, 2),
+                f(2, 2, 2),
+                f(2, 6),
+            ],
+        ),
+        "GRU": ({"linear_before_reset": 1}, [f(3, 2, 2), f(1, 6, 2), f(1, 6, 2), f(1, 12)]),
+        "Split": ({"axis": 1}, [f(2, 5), np.array([2, 3])]),
+        "Trilu": ({"upper": 0}, [f(2, 3, 4), np.array(1)]),
     }
 
 

@@ -30,55 +30,9 @@ def _pos(*shape: int) -> np.ndarray:
     return _rng.uniform(0.5, 1.5, shape).astype(np.float32)
 
 
-#: Problems for the operators the kit's small problems may lack (the kit's win).
-EXTRA_CASES: dict[str, tuple[dict[str, Any], list[np.ndarray]]] = {
-    "Gather": ({"axis": 1}, [_f(3, 4), np.array([[0, -1], [2, 2]])]),
-    "GatherElements": ({"axis": 1}, [_f(3, 4), np.array([[0, 3], [1, -1], [2, 2]])]),
-    "Slice": (
-        {},
-        [_f(4, 5), np.array([3, 0]), np.array([0, 5]), np.array([0, 1]), np.array([-1, 2])],
-    ),
-    "Shape": ({"start": 1}, [_f(2, 3, 4)]),
-    "ConstantOfShape": ({"value": np.array([0.5], np.float32)}, [np.array([2, 3])]),
-    "Expand": ({}, [_f(3, 1), np.array([2, 3, 4])]),
-    "Where": ({}, [np.array([True, False, True]), _f(2, 3), _f(3)]),
-    "Equal": ({}, [_f(3, 4), _f(4)]),
-    "Less": ({}, [_f(3, 4), _f(4)]),
-    "Greater": ({}, [_f(3, 4), _f(4)]),
-    "Cast": ({"to": 11}, [_f(3, 4)]),
-    "Pow": ({}, [_pos(3, 4), _f(4)]),
-    "Sqrt": ({}, [_pos(3, 4)]),
-    "Erf": ({}, [_f(3, 4)]),
-    "Exp": ({}, [_f(3, 4)]),
-    "Log": ({}, [_pos(3, 4)]),
-    "Gelu": ({"approximate": "tanh"}, [_f(3, 4)]),
-    "ReduceMean": ({}, [_f(2, 3, 4), np.array([1])]),
-    "ReduceSum": ({"keepdims": 0}, [_f(2, 3, 4), np.array([0, -1])]),
-    "ReduceMax": ({"axes": [1]}, [_f(2, 3, 4)]),
-    "LayerNormalization": ({}, [_f(2, 3, 4), _pos(4), _f(4)]),
-    # recurrent layers: the recurrence written out (lengths, peepholes), torch's fused GRU
-    "LSTM": (
-        {"direction": "bidirectional"},
-        [
-            _f(3, 2, 2),
-            _f(2, 8, 2),
-            _f(2, 8, 2),
-            _f(2, 16),
-            np.array([3, 1]),
-            _f(2, 2, 2),
-            _f(2, 2, 2),
-            _f(2, 6),
-        ],
-    ),
-    "GRU": ({"linear_before_reset": 1}, [_f(3, 2, 2), _f(1, 6, 2), _f(1, 6, 2), _f(1, 12)]),
-    "Split": ({"axis": 1}, [_f(2, 5), np.array([2, 3])]),
-    "Trilu": ({"upper": 0}, [_f(2, 3, 4), np.array(1)]),
-}
-
 #: One small problem per operator (the kit's; MatMul with a matrix on the right, and the
 #: loss with class weights, which torch takes as a separate argument).
 CASES = {
-    **EXTRA_CASES,
     **small_problems(),
     "MatMul": ({}, [_f(2, 3, 4), _f(4, 2)]),
     "SoftmaxCrossEntropyLoss": ({}, [_f(4, 3), np.array([0, 2, 1, 1]), _pos(3)]),

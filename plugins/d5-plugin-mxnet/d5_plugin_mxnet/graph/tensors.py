@@ -95,11 +95,15 @@ def _shape(node: onnx.NodeProto, a: dict[str, Any], tr: Reader) -> Translated:
     start = int(a.get("start", 0))
     end = a.get("end")
 
+    made: dict[tuple[int, ...], np.ndarray[Any, Any]] = {}  # one array per input shape
+
     def shape(ctx: Context, xs: Sequence[Any]) -> list[Any]:
-        dims = list(ctx.shapes[0])
-        stop = len(dims) if end is None else int(end)
-        value = np.array(dims[start:stop], dtype=np.int64)
-        return [ctx.constant(f"shape{tuple(dims)}", value)]
+        dims = tuple(ctx.shapes[0])
+        value = made.get(dims)
+        if value is None:
+            stop = len(dims) if end is None else int(end)
+            value = made[dims] = np.array(dims[start:stop], dtype=np.int64)
+        return [ctx.constant(f"shape{dims}", value)]
 
     return Translated(shape, [node.input[0]])
 
