@@ -11,7 +11,7 @@ from d5_kernels import _native
 from d5_kernels.ops._base import NativeOperator, Signature
 from d5core.api import onnx_signature
 
-__all__ = ["Relu", "Softmax"]
+__all__ = ["ElementwiseOperator", "ElementwisePlan", "Relu", "Softmax"]
 
 
 @dataclass(frozen=True)
@@ -19,11 +19,10 @@ class ElementwisePlan:
     shape: tuple[int, ...]
 
 
-class Relu(NativeOperator[ElementwisePlan]):
-    """``max(x, 0)``; the gradient at 0 is 0, as in the reference."""
+class ElementwiseOperator(NativeOperator[ElementwisePlan]):
+    """An operator of one input whose output has its shape and dtype, computed element by
+    element; subclasses name the kernels in ``run_forward`` and ``run_backward``."""
 
-    op_type = "Relu"
-    slots, attribute_defaults = onnx_signature("Relu")
     algorithm = "element-wise loop"
 
     def plan(self, sig: Signature) -> ElementwisePlan:
@@ -33,6 +32,13 @@ class Relu(NativeOperator[ElementwisePlan]):
 
     def output_specs(self, plan: ElementwisePlan, dtype: str) -> list[tuple[tuple[int, ...], str]]:
         return [(plan.shape, dtype)]
+
+
+class Relu(ElementwiseOperator):
+    """``max(x, 0)``; the gradient at 0 is 0, as in the reference."""
+
+    op_type = "Relu"
+    slots, attribute_defaults = onnx_signature("Relu")
 
     def run_forward(
         self, plan: ElementwisePlan, inputs: Sequence[Any], outputs: Sequence[Any]

@@ -12,7 +12,7 @@ import numpy as np
 
 from d5_kernels import _native
 from d5_kernels.ops._base import NativeOperator, Signature
-from d5_kernels.ops.activation import ElementwisePlan
+from d5_kernels.ops.activation import ElementwiseOperator, ElementwisePlan
 from d5core.api import onnx_signature
 
 __all__ = ["Erf", "Gather", "Gelu", "LayerNormalization"]
@@ -157,20 +157,11 @@ def _summed_to(full: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     return summed.reshape(shape)
 
 
-class Erf(NativeOperator[ElementwisePlan]):
+class Erf(ElementwiseOperator):
     """The error function element-wise; the gradient is ``2 / sqrt(pi) exp(-x**2)``."""
 
     op_type = "Erf"
     slots, attribute_defaults = onnx_signature("Erf")
-    algorithm = "element-wise loop"
-
-    def plan(self, sig: Signature) -> ElementwisePlan:
-        shape = sig.shapes[0]
-        assert shape is not None
-        return ElementwisePlan(shape)
-
-    def output_specs(self, plan: ElementwisePlan, dtype: str) -> list[tuple[tuple[int, ...], str]]:
-        return [(plan.shape, dtype)]
 
     def run_forward(
         self, plan: ElementwisePlan, inputs: Sequence[Any], outputs: Sequence[Any]
@@ -188,28 +179,19 @@ class Erf(NativeOperator[ElementwisePlan]):
         _native.erf_backward(inputs[0], grad_outputs[0], grads[0])
 
 
-class Gelu(NativeOperator[ElementwisePlan]):
+class Gelu(ElementwiseOperator):
     """ONNX ``Gelu`` (opset 20) element-wise: ``0.5 x (1 + erf(x / sqrt 2))`` or, with
     ``approximate="tanh"``, ``0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x**3)))``; the
     backward differentiates the chosen formula."""
 
     op_type = "Gelu"
     slots, attribute_defaults = onnx_signature("Gelu")
-    algorithm = "element-wise loop"
 
     def configure(self) -> None:
         approximate = str(self.attr("approximate"))
         if approximate not in ("none", "tanh"):
             raise self.fail(f"approximate={approximate!r} is not one of 'none', 'tanh'")
         self.tanh_form = approximate == "tanh"
-
-    def plan(self, sig: Signature) -> ElementwisePlan:
-        shape = sig.shapes[0]
-        assert shape is not None
-        return ElementwisePlan(shape)
-
-    def output_specs(self, plan: ElementwisePlan, dtype: str) -> list[tuple[tuple[int, ...], str]]:
-        return [(plan.shape, dtype)]
 
     def run_forward(
         self, plan: ElementwisePlan, inputs: Sequence[Any], outputs: Sequence[Any]
