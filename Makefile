@@ -59,28 +59,39 @@ $(MXNET_STAMP): pyproject.toml plugins/d5-plugin-mxnet/pyproject.toml \
 
 # The demo keeps its results in the project, not in the per-user database.
 DEMO_DB ?= $(CURDIR)/results/demo.sqlite
+# Every run of one `make demo` carries this tag (both environments, same database), so its
+# report draws exactly that demo's runs however many earlier demos the database holds.
+DEMO_TAG := demo-$(shell date -u +%Y%m%dT%H%M%S)
+DEMO_REPORT := results/demo-report.html
+# Where every demo step stores its runs, and the tag they carry.
+DEMO_STORE = --db $(DEMO_DB) --tag $(DEMO_TAG)
 
-demo: dev mxnet ## the main job: frameworks side by side at levels 0-2, validated, with intervals
+demo: dev mxnet ## the main job: frameworks side by side at levels 0-3, validated, with intervals, and their report
 	$(BIN)/d5 list-plugins --check
 	$(MXNET_BIN)/d5 list-plugins --check
-	$(BIN)/d5 validate op Gemm --backend torch --db $(DEMO_DB)
-	$(BIN)/d5 validate op Gemm --backend tensorflow --db $(DEMO_DB)
-	$(MXNET_BIN)/d5 validate op Gemm --backend mxnet --db $(DEMO_DB)
-	$(MXNET_BIN)/d5 bench op Gemm --backends mxnet --suite cpu-small --db $(DEMO_DB)
-	$(BIN)/d5 bench op Gemm --backends numpy,torch,tensorflow --suite cpu-small --db $(DEMO_DB)
-	$(MXNET_BIN)/d5 bench net lenet5 --executors mxnet --batch 32 --processes 3 --db $(DEMO_DB)
+	$(BIN)/d5 validate op Gemm --backend torch $(DEMO_STORE)
+	$(BIN)/d5 validate op Gemm --backend tensorflow $(DEMO_STORE)
+	$(MXNET_BIN)/d5 validate op Gemm --backend mxnet $(DEMO_STORE)
+	$(MXNET_BIN)/d5 bench op Gemm --backends mxnet --suite cpu-small $(DEMO_STORE)
+	$(BIN)/d5 bench op Gemm --backends numpy,torch,tensorflow --suite cpu-small $(DEMO_STORE)
+	$(MXNET_BIN)/d5 bench net lenet5 --executors mxnet --batch 32 --processes 3 $(DEMO_STORE)
 	$(BIN)/d5 bench net lenet5 --executors numpy,torch,onnxruntime,tensorflow --batch 32 \
-	    --processes 3 --db $(DEMO_DB)
-	$(BIN)/d5 run recipes/digits-mlp.toml --set executor=numpy --repeat 6 --db $(DEMO_DB)
-	$(BIN)/d5 run recipes/digits-mlp.toml --set executor=torch --repeat 6 --db $(DEMO_DB)
+	    --processes 3 $(DEMO_STORE)
+	$(BIN)/d5 bench comm --ranks 2 $(DEMO_STORE)
+	$(BIN)/d5 run recipes/digits-mlp.toml --set executor=numpy --ranks 2 $(DEMO_STORE)
+	$(BIN)/d5 run recipes/digits-mlp.toml --set executor=numpy --repeat 6 $(DEMO_STORE)
+	$(BIN)/d5 run recipes/digits-mlp.toml --set executor=torch --repeat 6 $(DEMO_STORE)
 	$(BIN)/d5 run recipes/digits-mlp.toml --set executor=tensorflow --set optimizer=tf-momentum \
-	    --repeat 6 --db $(DEMO_DB)
+	    --repeat 6 $(DEMO_STORE)
 	$(MXNET_BIN)/d5 run recipes/digits-mlp.toml --set executor=mxnet --set optimizer=mx-momentum \
-	    --repeat 6 --db $(DEMO_DB)
+	    --repeat 6 $(DEMO_STORE)
 	@echo; echo "== every environment's results, side by side, from $(DEMO_DB) =="
 	$(BIN)/d5 results table --last 2 --kind op --db $(DEMO_DB)
 	$(BIN)/d5 results table --last 2 --kind net --db $(DEMO_DB)
 	$(BIN)/d5 results table --last 24 --kind train --by executor --db $(DEMO_DB)
+	@echo; echo "== the report of this demo's runs (tag $(DEMO_TAG)) =="
+	$(BIN)/d5 report --tag $(DEMO_TAG) --db $(DEMO_DB) -o $(DEMO_REPORT)
+	@echo; echo "report: $(CURDIR)/$(DEMO_REPORT) (figures as PNG and PDF in $(CURDIR)/results/demo-report_figures/)"
 
 test: dev ## every test: one nox session per plugin, core, integration, lint, types
 	@rm -rf .reports; mkdir -p .reports
@@ -104,6 +115,7 @@ bench: dev ## the benchmark scripts whose figures go into docs/benchmarks.md
 	$(BIN)/python benchmarks/op_overhead.py
 	$(BIN)/python benchmarks/microbatch_memory.py
 	$(BIN)/python benchmarks/executor_fairness.py
+	$(BIN)/python benchmarks/report_scale.py
 
 dist: ## wheels of d5core and every plugin, into dist/
 	$(PYTHON) .ci/build_dist.py --out dist

@@ -136,6 +136,14 @@ Level 3: distributed training
   ``REDUCE_OPS``: the reductions every communicator supports.
 - ``chunk_counts``: how a vector splits into near-equal chunks over the ranks;
   ``collective_bytes``: the bytes a rank sends and receives in a collective.
+
+Reports (``d5 report``; the hook ``d5_report_figures``)
+
+- ``ReportRun``: one stored run as a figure hook gets it (environment, measurements
+  with raw samples, scalar metrics); ``ReportMeasurement``: one of its measurements.
+- ``ReportFigure``: what the hook returns: a matplotlib figure, the numbers it draws,
+  its key and section.
+- ``REPORT_SECTIONS``: the report's own sections, in the order shown.
 """
 
 from __future__ import annotations
@@ -246,6 +254,12 @@ if TYPE_CHECKING:
         resolve_pads,
     )
     from d5core.plugins.manager import PluginManager, get_plugin_manager
+    from d5core.report.model import (
+        REPORT_SECTIONS,
+        ReportFigure,
+        ReportMeasurement,
+        ReportRun,
+    )
     from d5core.runners.reference import reference_name
     from d5core.training.datasets import load_dataset
     from d5core.training.distributed import RankLauncher
@@ -371,6 +385,12 @@ _HOMES: dict[str, tuple[str, ...]] = {
         "collective_bytes",
     ),
     "d5core.training.distributed": ("RankLauncher",),
+    "d5core.report.model": (
+        "REPORT_SECTIONS",
+        "ReportFigure",
+        "ReportMeasurement",
+        "ReportRun",
+    ),
 }
 _HOME_OF: dict[str, str] = {name: home for home, names in _HOMES.items() for name in names}
 
@@ -391,6 +411,7 @@ __all__ = [
     "RECURRENT_DEFAULT_ACTIVATIONS",
     "RECURRENT_GATES",
     "REDUCE_OPS",
+    "REPORT_SECTIONS",
     "RUN_END",
     "RUN_START",
     "TEST_PASS",
@@ -425,6 +446,9 @@ __all__ = [
     "RankLauncher",
     "RecurrentActivationSpec",
     "RecurrentAttributes",
+    "ReportFigure",
+    "ReportMeasurement",
+    "ReportRun",
     "Sampler",
     "SlottedOperator",
     "SpatialWindow",

@@ -95,6 +95,12 @@ class _Catalogues:
 
         return dict(BUILTIN_SCHEDULES)
 
+    @hookimpl(tryfirst=True)
+    def d5_report_figures(self, runs: Sequence[Any], store: Any) -> list[Any]:
+        from d5core.report.figures import builtin_figures
+
+        return builtin_figures(runs, store)
+
 
 #: The internal plugin ``d5core:builtins``, registered by every plugin manager.
 CATALOGUES = _Catalogues()

@@ -14,3 +14,17 @@ def _fresh_plugin_manager() -> Iterator[None]:
     reset_plugin_manager(None)
     yield
     reset_plugin_manager(None)
+
+
+@pytest.fixture(autouse=True)
+def _results_outside_the_users_store(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A command a test runs without ``--db`` writes to a database of the test session,
+    never to the user's own (``~/.local/share/d5``); a test that sets ``D5_DB`` keeps it."""
+    import os
+
+    if "D5_DB" not in os.environ:
+        session_dir = tmp_path_factory.getbasetemp() / "d5-default-store"
+        session_dir.mkdir(exist_ok=True)
+        monkeypatch.setenv("D5_DB", str(session_dir / "results.sqlite"))

@@ -50,6 +50,7 @@ CORE_COMMANDS: dict[str, str] = {
     "run": "d5core.cli.run_cmd:run",
     "calibrate": "d5core.cli.calibrate_cmd:calibrate",
     "op": "d5core.cli.op_cmd:op",
+    "report": "d5core.cli.report_cmd:report",
 }
 
 

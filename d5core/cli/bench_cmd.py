@@ -18,8 +18,10 @@ import click
 from rich.table import Table
 
 from d5core.cli._parse import parse_attributes, parse_list
+from d5core.cli.bench_comm_cmd import bench_comm
 from d5core.cli.options import db_option, json_option
 from d5core.cli.output import console, print_json
+from d5core.cli.tag_option import tag_option
 from d5core.errors import CheckFailed, UsageError
 
 if TYPE_CHECKING:
@@ -90,6 +92,9 @@ def process_options(fn: _F) -> _F:
 @click.group("bench")
 def bench() -> None:
     """Benchmark operators across backends, and networks across executors."""
+
+
+bench.add_command(bench_comm)
 
 
 def measure_options(
@@ -361,6 +366,7 @@ def _note(gathered: Gathered, close: Sequence[str], unstable: bool) -> str:
 @sampling_options(time_budget=0.2)
 @json_option
 @db_option
+@tag_option
 def bench_op(
     op: str | None,
     backends: str,
@@ -380,6 +386,7 @@ def bench_op(
     warmup: int,
     as_json: bool,
     db: Path | None,
+    tags: tuple[str, ...],
 ) -> None:
     """Time operator OP on each backend, forward and/or backward, side by side.
 
@@ -412,6 +419,7 @@ def bench_op(
         jobs, keys = _op_jobs(problems, names, directions, dtype, seed)
     peak = cpu_peak()
     peak_rate = peak.gflops.get(dtype)
+    bandwidth = _memory_bandwidth()
     options = measure_options(min_samples, max_samples, time_budget, rel_ci, warmup)
     pinned = None if cpus is None else parse_cpus(cpus)
     config = {
@@ -428,12 +436,13 @@ def bench_op(
     }
     with ResultsStore.open(db) as store:
         floor = _noise_floor(store, pinned)
-        with store.run("op", f"bench {op}", config=config, seed=seed) as run_id:
+        with store.run("op", f"bench {op}", config=config, seed=seed, tags=tags) as run_id:
             if peak_rate:
                 store.add_metric(
                     run_id, "peak_gflops", peak_rate,
                     labels={"dtype": dtype, "source": peak.source}, unit="GFLOP/s",
                 )  # fmt: skip
+            _store_roofline_inputs(store, run_id, bandwidth, problems, directions, dtype)
             measured = _measure(
                 jobs, store=store, run_id=run_id, processes=processes, options=options,
                 seed=seed, cpus=pinned, quiet=as_json, backends=("d5.operators", "backend"),
@@ -696,6 +705,45 @@ def _store_op_timing(store: Any, run_id: str, timing: Any, gathered: Gathered) -
         store.add_metric(run_id, "peak_fraction", timing.peak_fraction, labels=labels)
 
 
+def _memory_bandwidth() -> Any:
+    """This machine's memory bandwidth, the roofline's memory roof (measured once per
+    machine; a malformed ``D5_PEAK_BANDWIDTH`` is a usage error before anything runs)."""
+    from d5core.workloads.bandwidth import memory_bandwidth
+
+    return memory_bandwidth()
+
+
+def _store_roofline_inputs(
+    store: Any,
+    run_id: str,
+    bandwidth: Any,
+    problems: Sequence[Problem],
+    directions: Sequence[str],
+    dtype: str,
+) -> None:
+    """Store what a roofline of the run needs besides its rates: the memory bandwidth
+    (``peak_bandwidth``, GB/s) and, per problem and direction, its FLOPs
+    (``problem_flops``) and compulsory traffic (``problem_bytes``)."""
+    from d5core.runners.operators import flops_of
+    from d5core.workloads.bandwidth import compulsory_bytes
+
+    store.add_metric(
+        run_id, "peak_bandwidth", bandwidth.gbps, labels={"source": bandwidth.source},
+        unit="GB/s",
+    )  # fmt: skip
+    seen = set()
+    for problem in problems:
+        for d in directions:
+            if (problem.label, d) in seen:
+                continue
+            seen.add((problem.label, d))
+            labels = {"problem": problem.label, "direction": d, "dtype": dtype}
+            flops = flops_of(problem, d)
+            store.add_metric(run_id, "problem_flops", flops, labels=labels, unit="FLOP")
+            nbytes = compulsory_bytes(problem, dtype, d)
+            store.add_metric(run_id, "problem_bytes", nbytes, labels=labels, unit="B")
+
+
 # -- d5 bench net ----------------------------------------------------------------------------
 
 
@@ -730,6 +778,7 @@ def _store_op_timing(store: Any, run_id: str, timing: Any, gathered: Gathered) -
 @sampling_options(time_budget=0.5)
 @json_option
 @db_option
+@tag_option
 def bench_net(
     model: str,
     executors: str,
@@ -746,6 +795,7 @@ def bench_net(
     warmup: int,
     as_json: bool,
     db: Path | None,
+    tags: tuple[str, ...],
 ) -> None:
     """Time a network on each executor: inference or a training step, with throughput.
 
@@ -777,7 +827,7 @@ def bench_net(
     }
     with ResultsStore.open(db) as store:
         floor = _noise_floor(store, pinned)
-        with store.run("net", f"bench {model}", config=config, seed=seed) as run_id:
+        with store.run("net", f"bench {model}", config=config, seed=seed, tags=tags) as run_id:
             measured = _measure(
                 jobs, store=store, run_id=run_id, processes=processes, options=options,
                 seed=seed, cpus=pinned, quiet=as_json, backends=("d5.frameworks", "executor"),

@@ -1,18 +1,32 @@
-"""``d5 conformance``: run onnx's backend node tests against a graph executor."""
+"""``d5 conformance``: run onnx's backend node tests against a graph executor, and store
+the outcome as a ``conformance`` run (one per executor run) in the results store."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import click
 from rich.table import Table
 
-from d5core.cli.options import json_option
+from d5core.cli.options import db_option, json_option
 from d5core.cli.output import console, print_json
+from d5core.cli.tag_option import tag_option
 from d5core.errors import CheckFailed, UsageError
 
-__all__ = ["conformance"]
+__all__ = ["CONFORMANCE_KIND", "conformance", "store_conformance"]
+
+#: The kind of the runs ``d5 conformance`` stores; each is named ``conformance EXECUTOR``.
+CONFORMANCE_KIND = "conformance"
+
+#: The metrics a conformance run stores: the report's count key and which way is better.
+_COUNTS = (
+    ("passed", "passed", "higher"),
+    ("failed", "failed", "lower"),
+    ("errors", "error", "lower"),
+    ("unsupported", "unsupported", "lower"),
+)
 
 #: How many newly failing cases an error names before it says "and N more".
 _NAMED = 10
@@ -49,6 +63,8 @@ _NAMED = 10
 )
 @click.option("--failures/--no-failures", default=True, help="List the cases that went wrong.")
 @json_option
+@db_option
+@tag_option
 def conformance(
     executor: str,
     pattern: str | None,
@@ -59,12 +75,18 @@ def conformance(
     update_baseline: bool,
     failures: bool,
     as_json: bool,
+    db: Path | None,
+    tags: tuple[str, ...],
 ) -> None:
     """Run the onnx package's backend node tests (one small model per operator behaviour)
     against EXECUTOR, a graph executor such as onnxruntime, numpy or torch.
 
     Each case is passed, failed (a wrong output), unsupported (the executor refused an
     operator) or error. Outputs are compared as onnx's runner does: rtol 1e-3, atol 1e-7.
+
+    The outcome is stored as a run of kind ``conformance`` named ``conformance EXECUTOR``
+    (metrics passed, failed, errors, unsupported, total; the failing cases in its config),
+    tagged with every --tag.
 
     Exit 0, or 1 when --baseline is given and fewer cases pass than it records (naming
     the cases that newly fail); 2 on bad usage.
@@ -77,34 +99,41 @@ def conformance(
     from d5core.networks.conformance import (
         update_baseline as write_baseline,
     )
+    from d5core.results.store import ResultsStore
 
     if update_baseline and baseline is None:
         raise UsageError("--update-baseline needs --baseline FILE to write to")
     if update_baseline and (pattern is not None or limit is not None):
         raise UsageError("--update-baseline needs a complete run: drop --pattern and --limit")
     recorded = load_baseline(baseline) if baseline is not None and not update_baseline else None
-
-    report = run_conformance(
-        executor,
-        pattern=pattern,
-        limit=limit,
-        timeout_s=timeout_s or None,
-        data_dir=data_dir,
-    )
-    data: dict[str, Any] = report.to_json()
-    check = check_baseline(report, recorded) if recorded is not None else None
-    if check is not None:
-        data["baseline"] = {
-            "file": str(baseline),
-            "expected": check.expected,
-            "ok": check.ok,
-            "newly_failing": check.newly_failing,
-            "newly_passing": check.newly_passing,
-            "version_changes": check.version_changes,
-        }
-    if update_baseline and baseline is not None:
-        write_baseline(baseline, report)
-        data["baseline"] = {"file": str(baseline), "updated": True}
+    with ResultsStore.open(db) as store:
+        store.require_writable()  # a database that cannot be written fails before the run
+        report = run_conformance(
+            executor,
+            pattern=pattern,
+            limit=limit,
+            timeout_s=timeout_s or None,
+            data_dir=data_dir,
+        )
+        data: dict[str, Any] = report.to_json()
+        check = check_baseline(report, recorded) if recorded is not None else None
+        if check is not None:
+            data["baseline"] = {
+                "file": str(baseline),
+                "expected": check.expected,
+                "ok": check.ok,
+                "newly_failing": check.newly_failing,
+                "newly_passing": check.newly_passing,
+                "version_changes": check.version_changes,
+            }
+        if update_baseline and baseline is not None:
+            write_baseline(baseline, report)
+            data["baseline"] = {"file": str(baseline), "updated": True}
+        settings = {"timeout_s": timeout_s or None,
+                    "data_dir": None if data_dir is None else str(data_dir)}  # fmt: skip
+        data["run_id"] = store_conformance(
+            store, report, tags=tags, settings=settings, baseline=data.get("baseline")
+        )
 
     if check is not None and check.version_changes:
         click.echo(
@@ -124,6 +153,7 @@ def conformance(
             )
         if update_baseline:
             console().print(f"recorded {executor} in {baseline}")
+        console().print(f"stored as run {data['run_id']}", highlight=False)
 
     if check is not None and not check.ok:
         named = ", ".join(check.newly_failing[:_NAMED])
@@ -133,6 +163,44 @@ def conformance(
             f"{executor}: {check.passed} case(s) pass, the baseline {baseline} expects "
             f"{check.expected}; newly failing: {named or '(none named in the baseline)'}"
         )
+
+
+def store_conformance(
+    store: Any,
+    report: Any,
+    *,
+    tags: Sequence[str] = (),
+    settings: Mapping[str, Any] | None = None,
+    baseline: Mapping[str, Any] | None = None,
+) -> str:
+    """Store ``report`` (a :class:`~d5core.networks.conformance.ConformanceReport`) as a
+    complete ``conformance`` run named ``conformance EXECUTOR``, tagged ``tags``; its id.
+
+    Metrics: ``passed``, ``failed``, ``errors``, ``unsupported`` and ``total`` (case
+    counts). The config holds the selection, the versions the outcome depends on, the
+    names of the failing cases (``failing``: failed or error, sorted), ``settings`` and
+    the baseline check when there was one.
+    """
+    config: dict[str, Any] = {
+        "executor": report.executor,
+        "onnx": report.onnx_version,
+        "versions": dict(report.versions),
+        "pattern": report.pattern,
+        "limit": report.limit,
+        "complete": report.complete,
+        "seconds": round(report.seconds, 3),
+        "failing": sorted(r.name for r in report.failures),
+        **dict(settings or {}),
+    }
+    if baseline is not None:
+        config["baseline"] = dict(baseline)
+    counts = report.counts
+    name = f"conformance {report.executor}"
+    with store.run(CONFORMANCE_KIND, name, config=config, tags=tags) as run_id:
+        for metric, key, better in _COUNTS:
+            store.add_metric(run_id, metric, float(counts[key]), unit="cases", better=better)
+        store.add_metric(run_id, "total", float(report.total), unit="cases")
+    return str(run_id)
 
 
 def _print(report: Any, failures: bool) -> None:

@@ -35,12 +35,14 @@ __all__ = [
 #: version goes up when a key of that command's data is removed or renamed or changes
 #: its type or meaning; a new key does not change it.
 SCHEMA_VERSIONS: dict[str, int] = {
+    "bench comm": 1,
     "bench net": 1,
     "bench op": 1,
     "calibrate": 1,
     "conformance": 1,
     "list-plugins": 1,
     "op build": 1,
+    "report": 1,
     "results compare": 1,
     "results export": 1,
     "results list": 1,

@@ -21,12 +21,14 @@ from typing import TYPE_CHECKING, Any
 import click
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from d5core.cli.options import db_option, json_option
 from d5core.cli.output import console, json_text, print_json
 from d5core.errors import CheckFailed, UsageError
 from d5core.results.load import LoadAverage, run_load_warnings
 from d5core.results.store import MeasurementRecord, ResultsStore, RunRecord
+from d5core.results.tags import check_tag
 
 if TYPE_CHECKING:
     from d5core.results.comparison import Comparison
@@ -156,18 +158,34 @@ def results() -> None:
 )
 @click.option("--all", "show_all", is_flag=True, help="Show every run (overrides --limit).")
 @click.option("--kind", default=None, help="Only runs of this kind (op, net, train, measure...).")
+@click.option(
+    "--tag",
+    default=None,
+    metavar="NAME",
+    help="Only runs tagged NAME (given with --tag when the run was made).",
+)
 @json_option
 @db_option
-def list_runs(limit: int, show_all: bool, kind: str | None, as_json: bool, db: Path | None) -> None:
+def list_runs(
+    limit: int, show_all: bool, kind: str | None, tag: str | None, as_json: bool, db: Path | None
+) -> None:
     """List stored runs, newest first."""
+    if tag is not None:
+        check_tag(tag)
     with _open(db) as store:
-        runs = store.list_runs(limit=None if show_all else limit, kind=kind)
+        runs = store.list_runs(limit=None if show_all else limit, kind=kind, tag=tag)
         path = store.path
+        known = store.tag_names() if tag is not None and not runs else {}
     if as_json:
         print_json([r.to_json() for r in runs])
         return
     if not runs:
-        console().print(f"no runs in {path}" + (f" of kind {kind!r}" if kind else ""))
+        console().print(
+            f"no runs in {path}" + (f" of kind {kind!r}" if kind else "")
+            + (f" tagged {tag!r}" if tag is not None else "")
+            + _known_tags_hint(tag, known),
+            markup=False, highlight=False,
+        )  # fmt: skip
         return
     table = Table(title=f"d5 runs in {path}", title_justify="left")
     for column in ("id", "kind", "name", "status", "created (UTC)", "duration"):
@@ -175,6 +193,9 @@ def list_runs(limit: int, show_all: bool, kind: str | None, as_json: bool, db: P
     for column in ("measurements", "metrics", "seed"):
         table.add_column(column, justify="right")
     table.add_column("host")
+    tagged = any(r.tags for r in runs)
+    if tagged:
+        table.add_column("tags", overflow="fold")
     for r in runs:
         table.add_row(
             r.id,
@@ -187,8 +208,20 @@ def list_runs(limit: int, show_all: bool, kind: str | None, as_json: bool, db: P
             str(r.n_metrics),
             "-" if r.seed is None else str(r.seed),
             r.hostname or "-",
+            *([Text(", ".join(r.tags))] if tagged else []),
         )
     console().print(table)
+
+
+def _known_tags_hint(tag: str | None, known: Mapping[str, int]) -> str:
+    """For an empty ``--tag`` selection: the tags the database does have."""
+    if tag is None:
+        return ""
+    if not known:
+        return "; no run in it has a tag (give runs one with --tag when making them)"
+    names = list(known)
+    shown = ", ".join(repr(t) for t in names[:10]) + (" ..." if len(names) > 10 else "")
+    return f"; its tags: {shown}"
 
 
 # -- show ----------------------------------------------------------------------------
@@ -292,6 +325,8 @@ def show_run(run: str, samples: bool, as_json: bool, db: Path | None) -> None:
         highlight=False,
     )
     out.print("config " + json.dumps(record.config, default=str), markup=False, highlight=False)
+    if record.tags:
+        out.print("tags   " + ", ".join(record.tags), markup=False, highlight=False)
     if record.error:
         out.print(f"error  {record.error}", markup=False)
     out.print("environment", style="bold")

@@ -20,6 +20,7 @@ import click
 
 from d5core.cli.options import db_option, json_option
 from d5core.cli.output import print_json
+from d5core.cli.tag_option import tag_option
 from d5core.errors import UsageError
 
 if TYPE_CHECKING:
@@ -124,6 +125,7 @@ def _rank_argv(
     rank_timeout: float,
     as_json: bool,
     metrics: Sequence[str] = (),
+    tags: Sequence[str] = (),
 ) -> Callable[[int, Path], list[str]]:
     """The arguments each rank's ``d5`` runs, given the resolved seed and database."""
 
@@ -137,6 +139,8 @@ def _rank_argv(
             args += ["--scheme-option", item]
         for name in metrics:
             args += ["--metric", name]
+        for tag in tags:
+            args += ["--tag", tag]
         args += ["--json"] if as_json else []
         args += ["--global-batch"] if dist_args["global_batch"] else []
         return args
@@ -202,6 +206,7 @@ def _rank_argv(
 )
 @json_option
 @db_option
+@tag_option
 def run(
     recipe: Path,
     sets: tuple[str, ...],
@@ -215,13 +220,14 @@ def run(
     metrics: tuple[str, ...],
     as_json: bool,
     db: Path | None,
+    tags: tuple[str, ...],
 ) -> None:
     """Train under RECIPE (.toml or .py), store the run and check its METRICS thresholds.
 
     Exits 0 when every threshold holds (in every run), 1 when one fails, 2 for bad input
     (checked before anything is stored), 130 when interrupted. The run is stored while it
     trains, so a killed run keeps what it measured. With --ranks N (N > 1) the run is
-    data-parallel over N MPI ranks.
+    data-parallel over N MPI ranks. Every run stored carries the --tag names.
     """
     from d5core.runners.training import (
         first_threshold_failure,
@@ -248,21 +254,23 @@ def run(
         if repeat > 1:
             raise UsageError("--repeat cannot be combined with several ranks")
         run_rank(ctx, recipe, sets, seed, dist_args, db=db,
-                 on_run=lambda one: _report([one], as_json), metrics=metrics)  # fmt: skip
+                 on_run=lambda one: _report([one], as_json), metrics=metrics,
+                 tags=tags)  # fmt: skip
         return
     if ranks is not None and ranks > 1:
         if repeat > 1:
             raise UsageError("--repeat cannot be combined with --ranks")
         scheme_class(dist_args["scheme"])
         argv = _rank_argv(recipe, sets, ranks, dist_args, scheme_options, rank_timeout, as_json,
-                          metrics)  # fmt: skip
+                          metrics, tags)  # fmt: skip
         launch_ranks(recipe, sets, seed, ranks, dist_args, rank_timeout=rank_timeout, db=db,
-                     rank_argv=argv, metrics=metrics)  # fmt: skip
+                     rank_argv=argv, metrics=metrics, tags=tags)  # fmt: skip
         return
     if scheme is not None or scheme_options or global_batch:
         raise UsageError("--scheme, --scheme-option and --global-batch need --ranks N with N > 1")
     runs = run_recipe(recipe, sets, seed, repeat=repeat, db=db,
-                      on_run=None if as_json else _echo_run, metrics=metrics)  # fmt: skip
+                      on_run=None if as_json else _echo_run, metrics=metrics,
+                      tags=tags)  # fmt: skip
     if as_json:
         print_json(_run_document(runs))
     elif repeat > 1:

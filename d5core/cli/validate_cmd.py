@@ -12,6 +12,7 @@ from rich.table import Table
 from d5core.cli._parse import parse_attributes
 from d5core.cli.options import db_option, json_option
 from d5core.cli.output import console, print_json
+from d5core.cli.tag_option import tag_option
 from d5core.errors import CheckFailed, UsageError
 
 __all__ = ["validate"]
@@ -71,6 +72,7 @@ def _tolerances(rtol: float | None, atol: float | None, dtype: str) -> Any:
 @click.option("--atol", type=float, default=None, help="Override the dtype's absolute tolerance.")
 @json_option
 @db_option
+@tag_option
 def validate_op(
     op: str | None,
     backend: str | None,
@@ -84,6 +86,7 @@ def validate_op(
     atol: float | None,
     as_json: bool,
     db: Path | None,
+    tags: tuple[str, ...],
 ) -> None:
     """Validate operator OP of a backend: forward and backward against the reference,
     and the backward against central differences in float64.
@@ -102,7 +105,7 @@ def validate_op(
     tolerances = _tolerances(rtol, atol, dtype)
     if custom is not None:
         _validate_custom(custom, op, backend, backends, shape, attrs, dtype, seed, tolerances,
-                         as_json, db)  # fmt: skip
+                         as_json, db, tags)  # fmt: skip
         return
     if op is None or backend is None:
         raise UsageError("give OP and --backend (or --custom FILE for a C++ custom operator)")
@@ -116,7 +119,7 @@ def validate_op(
     result = validate_op(problem, backend, dtype=dtype, seed=seed, tolerances=tolerances)
     data = result.to_json()
     with ResultsStore.open(db) as store:
-        data["run_id"] = _store_validation(store, result, seed)
+        data["run_id"] = _store_validation(store, result, seed, tags)
     if as_json:
         print_json(data)
     else:
@@ -127,11 +130,13 @@ def validate_op(
         raise CheckFailed(f"{op} on {backend} ({dtype}) failed: {failures[0]}{more}")
 
 
-def _store_validation(store: Any, result: Any, seed: int) -> str:
-    """Record one operator validation as a run of the results store; its id."""
+def _store_validation(store: Any, result: Any, seed: int, tags: tuple[str, ...] = ()) -> str:
+    """Record one operator validation as a run of the results store, tagged ``tags``;
+    its id."""
     config = {"op": result.op, "backend": result.backend, "dtype": result.dtype,
               "problem": result.problem}  # fmt: skip
-    with store.run("validate", f"{result.op} {result.backend}", config=config, seed=seed) as run_id:
+    name = f"{result.op} {result.backend}"
+    with store.run("validate", name, config=config, seed=seed, tags=tags) as run_id:
         store.add_metric(run_id, "passed", float(result.passed))
         for check in [*result.report.outputs, *result.report.gradients]:
             for metric, value in (check.metrics or {}).items():
@@ -154,6 +159,7 @@ def _validate_custom(
     tolerances: Any,
     as_json: bool,
     db: Path | None,
+    tags: tuple[str, ...] = (),
 ) -> None:
     """``d5 validate op --custom FILE``: build, validate in each framework, store, report."""
     from d5core.cli._parse import parse_list
@@ -176,7 +182,8 @@ def _validate_custom(
     data = []
     with ResultsStore.open(db) as store:
         for result in outcome.results:
-            data.append({**result.to_json(), "run_id": _store_validation(store, result, seed)})
+            run_id = _store_validation(store, result, seed, tags)
+            data.append({**result.to_json(), "run_id": run_id})
     if as_json:
         print_json(data)
     else:
@@ -243,6 +250,7 @@ def _print_report(result: Any) -> None:
 @click.option("--atol", type=float, default=None, help="Override the absolute tolerance.")
 @json_option
 @db_option
+@tag_option
 def validate_net(
     model: str,
     executor: str,
@@ -252,6 +260,7 @@ def validate_net(
     atol: float | None,
     as_json: bool,
     db: Path | None,
+    tags: tuple[str, ...],
 ) -> None:
     """Validate a network on an executor against the reference executor: every output,
     and the gradient of every parameter when the executor trains.
@@ -271,7 +280,7 @@ def validate_net(
         config["fallback"] = result.fallback
     with (
         ResultsStore.open(db) as store,
-        store.run("validate", f"{model} {executor}", config=config, seed=seed) as run_id,
+        store.run("validate", f"{model} {executor}", config=config, seed=seed, tags=tags) as run_id,
     ):
         store.add_metric(run_id, "passed", float(result.passed))
         for check in [*result.outputs, *result.gradients]:

@@ -30,6 +30,7 @@ from d5core.hookspecs import (
     networks,
     operators,
     plugin,
+    report,
     results,
     training,
 )
@@ -47,6 +48,7 @@ SPEC_MODULES: tuple[ModuleType, ...] = (
     distributed,
     metrics,
     results,
+    report,
     cli,
 )
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -265,6 +265,22 @@ class Communicator(ABC):
     ) -> CommRequest:
         """Start receiving; the default receives at once (blocking)."""
         return CompletedRequest(self.recv(shape, dtype, source, tag))
+
+    # -- the library underneath ----------------------------------------------
+
+    def raw_collective(self, name: str) -> Callable[[np.ndarray], Any] | None:
+        """The communication library's own call for collective ``name``, bypassing d5.
+
+        ``d5 bench comm`` times it beside d5's call to show what d5 adds. Optional: the
+        default returns ``None`` (no baseline; only d5's call is timed). ``name`` is one
+        of ``"allreduce"``, ``"broadcast"`` and ``"allgather"``; the callable takes a
+        C-contiguous buffer and does what d5's call does with it, without d5's counting:
+        ``allreduce`` sums it over the ranks in place (as :meth:`allreduce_inplace`),
+        ``broadcast`` fills it with rank 0's buffer in place, ``allgather`` gathers every
+        rank's buffer (of equal size) into a new array. ``None`` for a collective the
+        library has no direct call for.
+        """
+        return None
 
     # -- accounting -----------------------------------------------------------
 

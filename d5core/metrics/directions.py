@@ -73,6 +73,13 @@ QUANTITIES: dict[str, tuple[Better | None, str]] = {
     "node_time_sum": ("lower", _TIME),
     "steps": (None, ""),
     "epochs": (None, ""),
+    # The roofline inputs `d5 bench op` stores: sizes and the machine's bounds.
+    "peak_bandwidth": (None, "GB/s"),
+    "problem_flops": (None, "FLOP"),
+    "problem_bytes": (None, "B"),
+    # What `d5 bench comm` stores at each message size.
+    "algbw": ("higher", "GB/s"),
+    "busbw": ("higher", "GB/s"),
     # Per rank of a distributed run.
     "rank_steps": (None, ""),
     "rank_samples": (None, ""),

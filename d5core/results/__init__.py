@@ -16,6 +16,8 @@ from d5core.results.store import (
     MetricRecord,
     ResultsStore,
     RunRecord,
+    StoredMeasurement,
+    StoredRun,
 )
 
 __all__ = [
@@ -28,6 +30,8 @@ __all__ = [
     "MetricRecord",
     "ResultsStore",
     "RunRecord",
+    "StoredMeasurement",
+    "StoredRun",
     "default_db_path",
     "resolve_db_path",
 ]

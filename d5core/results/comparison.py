@@ -9,41 +9,109 @@ value per run) are set side by side with an untested verdict. The environments, 
 machine's load and the thread count each backend ran with are compared too. ``d5 results
 compare`` renders the result; its ``--json`` prints :meth:`Comparison.to_json`
 (``docs/json.md``).
+
+The judgement of one measurement (:func:`compare_measurements`, on samples pooled by
+:func:`pool_measurements`), of one scalar metric (:func:`compare_metric_values`) and the
+noise floor (:func:`noise_floor_for`) are public, so that other views of stored runs,
+such as the report's history figures (:mod:`d5core.report.history`), decide as
+``d5 results compare`` does.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from d5core.results.load import load_difference, run_load_warnings
-from d5core.results.store import MeasurementRecord, MetricRecord, ResultsStore, RunRecord
+from d5core.results.store import MetricRecord, ResultsStore, RunRecord
 
 if TYPE_CHECKING:
     from d5core.measure.fitness import ThreadCount
     from d5core.measure.nested import NestedSummary
 
-__all__ = ["Comparison", "compare_runs"]
+__all__ = [
+    "Comparison",
+    "DescribedMeasurement",
+    "MeasurementSamples",
+    "compare_measurements",
+    "compare_metric_values",
+    "compare_runs",
+    "measurement_key",
+    "noise_floor_for",
+    "pool_measurements",
+]
 
-#: Samples of one (metric, labels) in one run, by worker process (``None``: not
-#: recorded), with the measurement that named them and every direction declared.
-_Group = tuple[MeasurementRecord, dict[int | None, list[float]], set[str | None]]
+
+class DescribedMeasurement(Protocol):
+    """What names a measurement: a stored
+    :class:`~d5core.results.store.MeasurementRecord`, or a report's
+    :class:`~d5core.report.model.ReportMeasurement`."""
+
+    @property
+    def metric(self) -> str: ...
+    @property
+    def labels(self) -> Mapping[str, Any]: ...
+    @property
+    def unit(self) -> str: ...
+    @property
+    def better(self) -> str | None: ...
 
 
-def _grouped(store: ResultsStore, run_id: str) -> dict[tuple[str, str], _Group]:
-    """Samples per (metric, labels) and process: measurements repeated in one run are
-    pooled, process by process (samples of no recorded process form one process)."""
-    groups: dict[tuple[str, str], _Group] = {}
-    for m in store.measurements(run_id):
-        key = (m.metric, json.dumps(m.labels, sort_keys=True))
+@dataclass(frozen=True)
+class MeasurementSamples:
+    """The samples of one (metric, labels) in one run, by worker process (``None``: not
+    recorded), as :func:`compare_measurements` judges them.
+
+    ``first`` is the measurement that named them (its metric, labels, unit and direction
+    label the comparison); ``directions`` holds every direction the pooled measurements
+    declared.
+    """
+
+    first: DescribedMeasurement
+    per_process: Mapping[int | None, Sequence[float]]
+    directions: frozenset[str | None]
+
+
+#: A measurement being pooled: the first that named it, its samples by process, and
+#: every direction declared.
+_Pooling = tuple[DescribedMeasurement, dict[int | None, list[float]], set[str | None]]
+
+
+def measurement_key(metric: str, labels: Mapping[str, Any]) -> tuple[str, str]:
+    """The key that pairs measurements of two runs: the metric and its labels as JSON."""
+    return (metric, json.dumps(labels, sort_keys=True))
+
+
+def pool_measurements(
+    measurements: Iterable[tuple[DescribedMeasurement, Mapping[int | None, Sequence[float]]]],
+) -> dict[tuple[str, str], MeasurementSamples]:
+    """Pool one run's measurements by :func:`measurement_key`: measurements repeated in
+    a run are joined, process by process (samples of no recorded process form one
+    process), in the order given.
+
+    :param measurements: each measurement with its samples by process.
+    """
+    groups: dict[tuple[str, str], _Pooling] = {}
+    for m, by_process in measurements:
+        key = measurement_key(m.metric, m.labels)
         first, per_process, directions = groups.get(key, (m, {}, set()))
-        for process, values in store.samples_by_process(m.id).items():
+        for process, values in by_process.items():
             per_process.setdefault(process, []).extend(values)
         groups[key] = (first, per_process, directions | {m.better})
-    return groups
+    return {
+        key: MeasurementSamples(first, per_process, frozenset(directions))
+        for key, (first, per_process, directions) in groups.items()
+    }
+
+
+def _grouped(store: ResultsStore, run_id: str) -> dict[tuple[str, str], MeasurementSamples]:
+    """Samples per (metric, labels) and process (:func:`pool_measurements`)."""
+    return pool_measurements(
+        (m, store.samples_by_process(m.id)) for m in store.measurements(run_id)
+    )
 
 
 def _brief(run: RunRecord) -> dict[str, Any]:
@@ -78,7 +146,7 @@ def _side(summary: NestedSummary) -> dict[str, Any]:
 
 
 def _compare_one(
-    first: MeasurementRecord,
+    first: DescribedMeasurement,
     base: Mapping[int | None, Sequence[float]],
     cand: Mapping[int | None, Sequence[float]],
     alpha: float,
@@ -121,31 +189,43 @@ def _compare_one(
     return row
 
 
+def compare_measurements(
+    baseline: MeasurementSamples, candidate: MeasurementSamples, *, alpha: float, noise_floor: float
+) -> dict[str, Any]:
+    """Judge one measurement of two runs as ``d5 results compare`` does: between worker
+    processes (:func:`d5core.measure.nested.compare_nested`) at significance ``alpha``,
+    calling only changes above ``noise_floor``.
+
+    :returns: the row ``d5 results compare --json`` prints under ``comparisons``
+        (``docs/json.md``): ``verdict``, ``ratio``, ``p_value``, both sides' medians and
+        intervals, ...; or a row with ``error`` when the two cannot be compared (units
+        or directions differ, a sample is not a positive finite number).
+    """
+    first, other = baseline.first, candidate.first
+    directions = baseline.directions | candidate.directions
+    problem = None
+    if first.unit != other.unit:
+        problem = f"units differ: {first.unit!r} vs {other.unit!r}"
+    elif len(directions) > 1:
+        shown = " vs ".join(sorted(str(d) for d in directions))
+        problem = f"the runs disagree on which direction is better: {shown}"
+    if problem is not None:
+        return {"metric": first.metric, "labels": first.labels, "unit": first.unit,
+                "error": problem}  # fmt: skip
+    return _compare_one(first, baseline.per_process, candidate.per_process, alpha, noise_floor)
+
+
 def _measurement_rows(
-    ga: Mapping[tuple[str, str], _Group],
-    gb: Mapping[tuple[str, str], _Group],
+    ga: Mapping[tuple[str, str], MeasurementSamples],
+    gb: Mapping[tuple[str, str], MeasurementSamples],
     alpha: float,
     floor: float,
 ) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = []
-    for key, (first, values, directions) in ga.items():
-        if key not in gb:
-            continue
-        other, other_values, other_directions = gb[key]
-        problem = None
-        if first.unit != other.unit:
-            problem = f"units differ: {first.unit!r} vs {other.unit!r}"
-        elif len(directions | other_directions) > 1:
-            shown = " vs ".join(sorted(str(d) for d in directions | other_directions))
-            problem = f"the runs disagree on which direction is better: {shown}"
-        if problem is not None:
-            rows.append(
-                {"metric": first.metric, "labels": first.labels, "unit": first.unit,
-                 "error": problem}
-            )  # fmt: skip
-            continue
-        rows.append(_compare_one(first, values, other_values, alpha, floor))
-    return rows
+    return [
+        compare_measurements(samples, gb[key], alpha=alpha, noise_floor=floor)
+        for key, samples in ga.items()
+        if key in gb
+    ]
 
 
 def _run_machine(store: ResultsStore, run: RunRecord) -> str | None:
@@ -196,12 +276,16 @@ def _calibrated_floor(store: ResultsStore, runs: Sequence[RunRecord]) -> dict[st
     return {"value": value, "source": source, "calibrations": calibrations, "notes": notes}
 
 
-def _noise_floor(
-    store: ResultsStore, runs: Sequence[RunRecord], min_effect: float | None
+def noise_floor_for(
+    store: ResultsStore, runs: Sequence[RunRecord], min_effect: float | None = None
 ) -> dict[str, Any]:
     """The floor a comparison of ``runs`` calls changes above, and where it came from:
-    ``--min-effect``, then ``$D5_NOISE_FLOOR``, then the machines' calibrations, then
-    d5's default."""
+    ``min_effect`` (``--min-effect``), then ``$D5_NOISE_FLOOR``, then the calibrations
+    of the runs' machines stored in ``store`` (the larger), then d5's default.
+
+    :returns: ``value``, ``source``, ``calibrations`` and ``notes`` (as
+        ``d5 results compare --json`` prints them under ``noise_floor``).
+    """
     from d5core.measure.noise import NOISE_FLOOR_ENV, noise_floor_override
 
     if min_effect is not None:
@@ -221,39 +305,45 @@ def _scalar_change(baseline: float, candidate: float, min_effect: float) -> str 
     return "higher" if candidate > baseline else "lower"
 
 
+def compare_metric_values(
+    baseline: MetricRecord, candidate: MetricRecord, min_effect: float
+) -> dict[str, Any]:
+    """Set one scalar metric of two runs side by side as ``d5 results compare`` does:
+    their ratio and an untested verdict, a change being a relative difference above
+    ``min_effect`` (one value per run is not a sample: no significance test is possible).
+
+    :returns: the row ``d5 results compare --json`` prints under ``metrics``.
+    """
+    from d5core.measure.compare import judge
+
+    va, vb = baseline.value, candidate.value
+    ratio = vb / va if va not in (0.0,) and math.isfinite(va) and math.isfinite(vb) else None
+    better = baseline.better if baseline.better == candidate.better else None
+    change = _scalar_change(va, vb, min_effect)
+    return {
+        "name": baseline.name,
+        "labels": baseline.labels,
+        "unit": baseline.unit,
+        "better": better,
+        "baseline": None if math.isnan(va) else va,
+        "candidate": None if math.isnan(vb) else vb,
+        "ratio": ratio,
+        "change": change,
+        "verdict": None if change is None else judge(change, _lower_is_better(better)),
+        "tested": False,
+    }
+
+
 def _metric_rows(
     store: ResultsStore, a: RunRecord, b: RunRecord, min_effect: float
 ) -> tuple[list[dict[str, Any]], set[str]]:
-    """Scalar metrics found in both runs, side by side with their ratio and an untested
-    verdict (one value per run is not a sample: no significance test is possible)."""
-    from d5core.measure.compare import judge
+    """Scalar metrics found in both runs, side by side (:func:`compare_metric_values`)."""
 
     def by_key(run: RunRecord) -> dict[tuple[str, str], MetricRecord]:
         return {(k.name, json.dumps(k.labels, sort_keys=True)): k for k in store.metrics(run.id)}
 
     ma, mb = by_key(a), by_key(b)
-    rows = []
-    for key, ka in ma.items():
-        if key not in mb:
-            continue
-        va, vb = ka.value, mb[key].value
-        ratio = vb / va if va not in (0.0,) and math.isfinite(va) and math.isfinite(vb) else None
-        better = ka.better if ka.better == mb[key].better else None
-        change = _scalar_change(va, vb, min_effect)
-        rows.append(
-            {
-                "name": key[0],
-                "labels": ka.labels,
-                "unit": ka.unit,
-                "better": better,
-                "baseline": None if math.isnan(va) else va,
-                "candidate": None if math.isnan(vb) else vb,
-                "ratio": ratio,
-                "change": change,
-                "verdict": None if change is None else judge(change, _lower_is_better(better)),
-                "tested": False,
-            }
-        )
+    rows = [compare_metric_values(ka, mb[key], min_effect) for key, ka in ma.items() if key in mb]
     unmatched = {k[0] for k in set(ma) ^ set(mb)}
     return rows, unmatched
 
@@ -442,7 +532,7 @@ def compare_runs(
     level = DEFAULT_NESTED_ALPHA if alpha is None else alpha
     effect = DEFAULT_MIN_EFFECT if min_effect is None else min_effect
     a, b = store.get_run(baseline), store.get_run(candidate)
-    floor = _noise_floor(store, (a, b), min_effect)
+    floor = noise_floor_for(store, (a, b), min_effect)
     env_a, env_b = store.environment(a.id), store.environment(b.id)
     ga, gb = _grouped(store, a.id), _grouped(store, b.id)
     metric_rows, metrics_unmatched = _metric_rows(store, a, b, effect)

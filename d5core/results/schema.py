@@ -174,6 +174,20 @@ MIGRATIONS: tuple[Migration, ...] = (
             "ALTER TABLE samples ADD COLUMN process INTEGER",
         ),
     ),
+    Migration(
+        5,
+        "tags on runs",
+        (
+            # A run's tags (``d5 bench --tag NAME``, ``d5 run --tag NAME``), which
+            # ``d5 report --tag NAME`` and ``d5 results list --tag NAME`` select by.
+            """CREATE TABLE run_tags (
+                run_id TEXT NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+                tag    TEXT NOT NULL,
+                PRIMARY KEY (run_id, tag)
+            ) WITHOUT ROWID""",
+            "CREATE INDEX run_tags_by_tag ON run_tags (tag)",
+        ),
+    ),
 )
 
 

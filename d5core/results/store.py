@@ -39,6 +39,7 @@ from d5core.metrics.directions import better_of, check_better
 from d5core.results import schema
 from d5core.results.load import LoadAverage, current_load
 from d5core.results.paths import DB_ENV_VAR, ensure_parent, resolve_db_path
+from d5core.results.tags import check_tags
 
 if TYPE_CHECKING:
     from d5core.measure.engine import Measurement
@@ -53,6 +54,8 @@ __all__ = [
     "MetricRecord",
     "ResultsStore",
     "RunRecord",
+    "StoredMeasurement",
+    "StoredRun",
 ]
 
 #: Every status a run can have. ``running`` until finished; ``incomplete`` when its
@@ -105,10 +108,13 @@ class RunRecord:
     #: (``None``: not recorded, as for runs stored before d5 recorded it, or killed runs).
     load_start: LoadAverage | None = None
     load_end: LoadAverage | None = None
+    #: The run's tags, sorted (see :mod:`d5core.results.tags`).
+    tags: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """The record as plain JSON types; its id is ``run_id``, as everywhere in d5's JSON."""
         data = asdict(self)
+        data["tags"] = list(self.tags)
         return {"run_id": data.pop("id"), **data}
 
 
@@ -159,6 +165,26 @@ class MetricRecord:
         if isinstance(self.value, float) and not math.isfinite(self.value):
             data["value"] = None if math.isnan(self.value) else self.value
         return data
+
+
+@dataclass(frozen=True)
+class StoredMeasurement:
+    """A measurement with its raw samples, as :meth:`ResultsStore.read_runs` reads it."""
+
+    record: MeasurementRecord
+    samples: tuple[float, ...]
+    #: The worker process of each sample (``None``: not recorded).
+    processes: tuple[int | None, ...]
+
+
+@dataclass(frozen=True)
+class StoredRun:
+    """Everything stored about one run: :meth:`ResultsStore.read_runs`' unit."""
+
+    run: RunRecord
+    environment: dict[str, Any]
+    measurements: tuple[StoredMeasurement, ...]
+    metrics: tuple[MetricRecord, ...]
 
 
 # -- helpers -------------------------------------------------------------------
@@ -524,6 +550,7 @@ class ResultsStore:
         environment: Mapping[str, Any] | None = None,
         seed: int | None = None,
         recipe_hash: str | None = None,
+        tags: Sequence[str] = (),
     ) -> str:
         """Start a run (status ``running``) and return its id, a 12-character hex string.
 
@@ -536,6 +563,7 @@ class ResultsStore:
             content; the per-run keys (command line, seeds, recipe hash, time) with the run.
         :param seed: the seed the run used.
         :param recipe_hash: the content hash of the recipe it follows.
+        :param tags: names to find the run by later (:func:`d5core.results.tags.check_tag`).
 
         The machine's load average now is stored with the run (see
         :mod:`d5core.results.load`).
@@ -544,6 +572,7 @@ class ResultsStore:
             raise UsageError(f"a run needs a kind such as 'op' or 'train', got {kind!r}")
         if seed is not None and not isinstance(seed, int):
             raise UsageError(f"a run's seed must be an integer, got {seed!r}")
+        run_tags = check_tags(tags)
         env = (
             dict(environment)
             if environment is not None
@@ -587,6 +616,10 @@ class ResultsStore:
                     )
                 except sqlite3.IntegrityError:
                     continue  # an id already taken: draw another
+                conn.executemany(
+                    "INSERT INTO run_tags (run_id, tag) VALUES (?, ?)",
+                    [(run_id, tag) for tag in run_tags],
+                )
                 return run_id
 
         return self._write(write)
@@ -777,6 +810,7 @@ class ResultsStore:
         environment: Mapping[str, Any] | None = None,
         seed: int | None = None,
         recipe_hash: str | None = None,
+        tags: Sequence[str] = (),
     ) -> Iterator[str]:
         """Begin a run for the ``with`` block and finish it however the block ends.
 
@@ -791,6 +825,7 @@ class ResultsStore:
             environment=environment,
             seed=seed,
             recipe_hash=recipe_hash,
+            tags=tags,
         )
         try:
             yield run_id
@@ -846,7 +881,8 @@ class ResultsStore:
         "r.error, "
         "(SELECT count(*) FROM measurements m WHERE m.run_id = r.id), "
         "(SELECT count(*) FROM run_metrics k WHERE k.run_id = r.id), "
-        "r.load_start, r.load_end"
+        "r.load_start, r.load_end, "
+        "(SELECT json_group_array(t.tag) FROM run_tags t WHERE t.run_id = r.id)"
     )
     _RUN_FROM = "FROM runs r LEFT JOIN environments e ON e.id = r.environment_id"
 
@@ -854,6 +890,7 @@ class ResultsStore:
         rid, kind, name, status, created, finished, pid, host, started = row[:9]
         seed, recipe, config, env_id, fingerprint, error, n_meas, n_metrics = row[9:17]
         load_start, load_end = (LoadAverage.from_json(_loads(text)) for text in row[17:19])
+        tags = tuple(sorted(_loads(row[19]) or ()))
         if (
             status == "running"
             and host == self._host
@@ -880,15 +917,25 @@ class ResultsStore:
             n_metrics=int(n_metrics),
             load_start=load_start,
             load_end=load_end,
+            tags=tags,
         )
 
-    def list_runs(self, limit: int | None = None, kind: str | None = None) -> list[RunRecord]:
-        """Runs, newest first; at most ``limit`` of them, only of ``kind`` if given."""
+    def list_runs(
+        self, limit: int | None = None, kind: str | None = None, tag: str | None = None
+    ) -> list[RunRecord]:
+        """Runs, newest first; at most ``limit`` of them, only of ``kind`` and only those
+        tagged ``tag`` if given."""
         sql = f"SELECT {self._RUN_COLUMNS} {self._RUN_FROM}"
         params: list[Any] = []
+        where = []
         if kind is not None:
-            sql += " WHERE r.kind = ?"
+            where.append("r.kind = ?")
             params.append(kind)
+        if tag is not None:
+            where.append("EXISTS (SELECT 1 FROM run_tags t WHERE t.run_id = r.id AND t.tag = ?)")
+            params.append(tag)
+        if where:
+            sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY r.created DESC, r.rowid DESC"
         if limit is not None:
             sql += " LIMIT ?"
@@ -1021,6 +1068,124 @@ class ResultsStore:
             "measurements": measurements,
             "metrics": [k.to_json() for k in self.metrics(run.id)],
         }
+
+    def add_tags(self, run_id: str, tags: Sequence[str]) -> None:
+        """Tag a stored run (finished or not): tags name runs, they change no result.
+
+        :raises UsageError: for an unknown run or an invalid tag.
+        """
+        run = self.get_run(run_id)
+        new = check_tags(tags)
+
+        def write(conn: sqlite3.Connection) -> None:
+            conn.executemany(
+                "INSERT OR IGNORE INTO run_tags (run_id, tag) VALUES (?, ?)",
+                [(run.id, tag) for tag in new],
+            )
+
+        self._write(write)
+
+    def tag_names(self) -> dict[str, int]:
+        """Every tag in the database with how many runs carry it, by name."""
+        rows = self._conn.execute("SELECT tag, count(*) FROM run_tags GROUP BY tag ORDER BY tag")
+        return {str(tag): int(n) for tag, n in rows}
+
+    def read_runs(self, run_ids: Sequence[str]) -> list[StoredRun]:
+        """Everything stored about each run of ``run_ids`` (full ids, as
+        :meth:`list_runs` gives them), read in a handful of queries however many runs
+        there are: what reports draw from. Unknown ids are left out.
+
+        Samples are in the order they were taken, NaN kept; each measurement's
+        ``processes`` lists the worker process of each sample (``None``: not recorded).
+        """
+        ids = list(dict.fromkeys(str(r) for r in run_ids))
+        if not ids:
+            return []
+        self._conn.execute("BEGIN")  # one snapshot for every query below
+        try:
+            self._conn.execute("CREATE TEMP TABLE IF NOT EXISTS _wanted (id TEXT PRIMARY KEY)")
+            self._conn.execute("DELETE FROM _wanted")
+            self._conn.executemany(
+                "INSERT OR IGNORE INTO _wanted (id) VALUES (?)", [(i,) for i in ids]
+            )
+            runs = {
+                rec.id: rec
+                for rec in (
+                    self._run_record(row)
+                    for row in self._conn.execute(
+                        f"SELECT {self._RUN_COLUMNS} {self._RUN_FROM} "
+                        "WHERE r.id IN (SELECT id FROM _wanted)"
+                    )
+                )
+            }
+            envs: dict[str, dict[str, Any]] = {}
+            for rid, shared, own in self._conn.execute(
+                "SELECT r.id, e.data, r.context FROM runs r LEFT JOIN environments e "
+                "ON e.id = r.environment_id WHERE r.id IN (SELECT id FROM _wanted)"
+            ):
+                env: dict[str, Any] = _loads(shared) or {}
+                env.update(_loads(own) or {})
+                envs[rid] = env
+            measurements: dict[str, list[MeasurementRecord]] = {}
+            by_id: dict[int, MeasurementRecord] = {}
+            for row in self._conn.execute(
+                "SELECT id, run_id, metric, labels, unit, n, summary, blocked, block_size, "
+                "warmup_runs, stopped_by, details, better FROM measurements "
+                "WHERE run_id IN (SELECT id FROM _wanted) ORDER BY id"
+            ):
+                record = MeasurementRecord(
+                    id=row[0], run_id=row[1], metric=row[2], labels=_loads(row[3]) or {},
+                    unit=row[4], n=int(row[5]), summary=_loads(row[6]),
+                    blocked=None if row[7] is None else bool(row[7]), block_size=row[8],
+                    warmup_runs=row[9], stopped_by=row[10], details=_loads(row[11]) or {},
+                    better=_direction(row[12], row[2], row[4]),
+                )  # fmt: skip
+                measurements.setdefault(record.run_id, []).append(record)
+                by_id[record.id] = record
+            values: dict[int, list[float]] = {}
+            processes: dict[int, list[int | None]] = {}
+            for mid, value, process in self._conn.execute(
+                "SELECT s.measurement_id, s.value, s.process FROM samples s "
+                "JOIN measurements m ON m.id = s.measurement_id "
+                "WHERE m.run_id IN (SELECT id FROM _wanted) ORDER BY s.measurement_id, s.idx"
+            ):
+                values.setdefault(mid, []).append(math.nan if value is None else float(value))
+                processes.setdefault(mid, []).append(None if process is None else int(process))
+            metrics: dict[str, list[MetricRecord]] = {}
+            for mid, rid, name, labels, value, unit, better in self._conn.execute(
+                "SELECT id, run_id, name, labels, value, unit, better FROM run_metrics "
+                "WHERE run_id IN (SELECT id FROM _wanted) ORDER BY id"
+            ):
+                metrics.setdefault(rid, []).append(
+                    MetricRecord(
+                        id=mid,
+                        run_id=rid,
+                        name=name,
+                        labels=_loads(labels) or {},
+                        value=math.nan if value is None else float(value),
+                        unit=unit,
+                        better=_direction(better, name, unit),
+                    )
+                )
+        finally:
+            self._conn.execute("COMMIT")
+        return [
+            StoredRun(
+                run=runs[rid],
+                environment=envs.get(rid, {}),
+                measurements=tuple(
+                    StoredMeasurement(
+                        record=m,
+                        samples=tuple(values.get(m.id, ())),
+                        processes=tuple(processes.get(m.id, ())),
+                    )
+                    for m in measurements.get(rid, ())
+                ),
+                metrics=tuple(metrics.get(rid, ())),
+            )
+            for rid in ids
+            if rid in runs
+        ]
 
     # -- added for runs streamed while they go (d5 run) ---------------------------
 

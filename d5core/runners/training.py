@@ -214,12 +214,16 @@ def first_threshold_failure(runs: Sequence[TrainedRun]) -> CheckFailed | None:
 
 
 def begin_run(
-    store: Any, prep: Prepared, extra: dict[str, Any], environment: dict[str, Any] | None = None
+    store: Any,
+    prep: Prepared,
+    extra: dict[str, Any],
+    environment: dict[str, Any] | None = None,
+    tags: Sequence[str] = (),
 ) -> str:
     """Begin the ``train`` run of ``prep`` (status ``running``); ``extra`` joins its config.
 
     The stored hash is ``prep.run_hash``: the recipe after overrides and the data read.
-    ``environment`` is captured now unless given.
+    ``environment`` is captured now unless given; the run carries ``tags`` (``--tag``).
     """
     from d5core.environment import capture_environment
 
@@ -242,7 +246,7 @@ def begin_run(
     env["recipe_hash"] = prep.run_hash
     run_id = store.begin_run(
         "train", recipe.name, config=config, environment=env, seed=prep.seed,
-        recipe_hash=prep.run_hash,
+        recipe_hash=prep.run_hash, tags=tags,
     )  # fmt: skip
     return str(run_id)
 
@@ -250,16 +254,16 @@ def begin_run(
 # -- one process ------------------------------------------------------------------------
 
 
-def train_one(store: Any, recipe: Any, seed: int) -> TrainedRun:
-    """Prepare, begin, train and finish one run of ``recipe``, its samples streamed into
-    ``store`` as it goes, and check its thresholds."""
+def train_one(store: Any, recipe: Any, seed: int, tags: Sequence[str] = ()) -> TrainedRun:
+    """Prepare, begin, train and finish one run of ``recipe`` (tagged ``tags``), its
+    samples streamed into ``store`` as it goes, and check its thresholds."""
     from d5core.environment import capture_environment
     from d5core.training.recipes import check_thresholds
     from d5core.training.recording import RunRecorder
 
     env = capture_environment(seeds={"recipe": seed})  # before the run's clock starts
     prep = Prepared(recipe, seed)
-    run_id = begin_run(store, prep, {}, env)
+    run_id = begin_run(store, prep, {}, env, tags)
     recorder = RunRecorder(store, run_id)
     prep.trainer.on_progress = recorder
     try:
@@ -284,11 +288,12 @@ def run_recipe(
     db: Path | None = None,
     on_run: Callable[[TrainedRun], None] | None = None,
     metrics: Sequence[str] = (),
+    tags: Sequence[str] = (),
 ) -> list[TrainedRun]:
     """Train under the recipe ``repeat`` times in this process, with seeds ``seed``,
     ``seed + 1``, ... (each run keeps a seed the recipe freezes), storing each run.
     ``metrics`` are installed metrics each run also measures, without a threshold
-    (``--metric``).
+    (``--metric``); every run is tagged ``tags`` (``--tag``).
 
     ``on_run`` is called with each run as it finishes. A failed threshold is not an
     error here: see :func:`first_threshold_failure`.
@@ -306,7 +311,7 @@ def run_recipe(
     with ResultsStore.open(db) as store:
         store.require_writable()
         for index in range(repeat):
-            run = train_one(store, loaded, first_seed if frozen else first_seed + index)
+            run = train_one(store, loaded, first_seed if frozen else first_seed + index, tags)
             runs.append(run)
             if on_run is not None:
                 on_run(run)
@@ -339,9 +344,10 @@ def launch_ranks(
     db: Path | None,
     rank_argv: Callable[[int, Path], list[str]],
     metrics: Sequence[str] = (),
+    tags: Sequence[str] = (),
 ) -> None:
-    """Check everything, begin the run, launch ``ranks`` ranks under the communication
-    plugin's launcher and watch them.
+    """Check everything, begin the run (tagged ``tags``), launch ``ranks`` ranks under the
+    communication plugin's launcher and watch them.
 
     ``rank_argv(seed, db)`` gives the ``d5`` arguments each rank runs, with the seed the
     recipe resolved and the absolute database path. The ranks' standard output is passed
@@ -381,8 +387,9 @@ def launch_ranks(
     with StopSignals() as stop:
         with ResultsStore.open(db_path) as store:
             run_id = begin_run(
-                store, prep, {"distributed": distributed_config(prep, ranks, dist_args)}
-            )
+                store, prep, {"distributed": distributed_config(prep, ranks, dist_args)}, None,
+                tags,
+            )  # fmt: skip
         try:
             outcome = launch(ranks, argv, rank_timeout=rank_timeout, run_id=run_id,
                              on_failure=mark_failed, stop=stop)  # fmt: skip
@@ -419,9 +426,11 @@ def run_rank(
     db: Path | None,
     on_run: Callable[[TrainedRun], None],
     metrics: Sequence[str] = (),
+    tags: Sequence[str] = (),
 ) -> None:
-    """One rank, in place: train this rank's share; rank 0 stores the run, calls
-    ``on_run`` with it and raises the first failed threshold.
+    """One rank, in place: train this rank's share; rank 0 stores the run (tagged
+    ``tags`` when it begins it), calls ``on_run`` with it and raises the first failed
+    threshold.
 
     ``ctx`` is the rank's :class:`~d5core.training.distributed.RankContext`.
     """
@@ -441,7 +450,7 @@ def run_rank(
             run_id = os.environ.get(RUN_ID_ENV) or None
             if run_id is None:
                 with ResultsStore.open(db) as store:
-                    run_id = begin_run(store, prep, {"distributed": config})
+                    run_id = begin_run(store, prep, {"distributed": config}, None, tags)
             ctx.write_run_id(run_id)
         result = prep.trainer.run()
         table = ctx.gather(ctx.rank_values(result))

@@ -44,11 +44,18 @@ from d5core.errors import UsageError
 __all__ = [
     "PEAK_ENV_VAR",
     "Peak",
+    "c_compiler",
+    "cache_dir",
     "cache_path",
+    "compile_shared",
     "cpu_peak",
     "estimate_peak",
+    "machine_key",
     "measure_peak",
     "peak_override",
+    "read_cache",
+    "usable_cores",
+    "write_cache",
 ]
 
 #: The environment variable that sets the float32 peak in GFLOP/s.
@@ -102,7 +109,8 @@ def _rates(float32: float) -> dict[str, float]:
     return {"float32": float32, "float64": float32 / 2}
 
 
-def _cores() -> int:
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity), at least 1."""
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
@@ -144,19 +152,19 @@ def cpu_peak() -> Peak:
 def _machine_peak() -> Peak:
     """The measured (or cached) peak, else the estimate; once per process."""
     path = cache_path()
-    key = _machine_key()
-    cached = _read_cache(path).get(key)
+    key = machine_key()
+    cached = read_cache(path).get(key)
     if isinstance(cached, dict) and _positive(cached.get("float32")):
         how = f"{cached.get('how', 'measured')}, cached in {path}"
         return Peak(_rates(float(cached["float32"])), how)
     estimate = estimate_peak()
-    busy = os.getloadavg()[0] > _cores() / 2
+    busy = os.getloadavg()[0] > usable_cores() / 2
     measured = measure_peak()
     if measured is None:
         return Peak(estimate.gflops, f"{estimate.source} (no C compiler to measure it)")
     float32 = measured.gflops["float32"]
     if not busy:
-        _write_cache(path, key, {"float32": float32, "how": measured.source})
+        write_cache(path, key, {"float32": float32, "how": measured.source})
         return measured
     if float32 >= estimate.gflops.get("float32", 0.0):
         return Peak(measured.gflops, f"{measured.source} under load (not cached)")
@@ -171,15 +179,20 @@ def _positive(value: object) -> bool:
     return isinstance(value, int | float) and math.isfinite(value) and value > 0
 
 
-def cache_path() -> Path:
-    """Where measured peaks are kept: ``$XDG_CACHE_HOME/d5/peak.json`` (when absolute),
-    else ``~/.cache/d5/peak.json``."""
+def cache_dir() -> Path:
+    """Where d5 keeps what it measured of this machine: ``$XDG_CACHE_HOME/d5`` (when
+    absolute), else ``~/.cache/d5``."""
     xdg = os.environ.get("XDG_CACHE_HOME", "")
     base = Path(xdg) if xdg and os.path.isabs(xdg) else Path.home() / ".cache"
-    return base / "d5" / "peak.json"
+    return base / "d5"
 
 
-def _machine_key() -> str:
+def cache_path() -> Path:
+    """Where measured peaks are kept: ``peak.json`` in :func:`cache_dir`."""
+    return cache_dir() / "peak.json"
+
+
+def machine_key() -> str:
     """What identifies this machine's cores: CPU model, family, flags and core count."""
     info = read_cpuinfo()
     parts = [
@@ -188,13 +201,14 @@ def _machine_key() -> str:
         info.get("cpu family", ""),
         info.get("model", ""),
         info.get("flags") or info.get("features") or "",
-        str(_cores()),
+        str(usable_cores()),
     ]
     digest = hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
     return f"{parts[0]} x{parts[-1]} {digest}"
 
 
-def _read_cache(path: Path) -> dict[str, object]:
+def read_cache(path: Path) -> dict[str, object]:
+    """The JSON object cached in ``path``; empty where it is missing or unreadable."""
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError):
@@ -202,10 +216,10 @@ def _read_cache(path: Path) -> dict[str, object]:
     return data if isinstance(data, dict) else {}
 
 
-def _write_cache(path: Path, key: str, entry: dict[str, object]) -> None:
-    """Add ``entry`` under ``key``; a cache that cannot be written is skipped silently
-    (the peak is measured again next time)."""
-    data = _read_cache(path)
+def write_cache(path: Path, key: str, entry: dict[str, object]) -> None:
+    """Add ``entry`` under ``key`` of the JSON object in ``path``; a cache that cannot be
+    written is skipped silently (the figure is measured again next time)."""
+    data = read_cache(path)
     data[key] = entry
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -216,7 +230,8 @@ def _write_cache(path: Path, key: str, entry: dict[str, object]) -> None:
         pass
 
 
-def _compiler() -> str | None:
+def c_compiler() -> str | None:
+    """The system's C compiler (``$CC``, ``cc``, ``gcc`` or ``clang``), or ``None``."""
     for name in (os.environ.get("CC", ""), "cc", "gcc", "clang"):
         found = shutil.which(name) if name else None
         if found:
@@ -224,21 +239,31 @@ def _compiler() -> str | None:
     return None
 
 
-def _load_kernel(workdir: Path) -> ctypes.CDLL | None:
-    """Compile the FMA loop for this CPU and load it; ``None`` where that fails."""
-    compiler = _compiler()
+def compile_shared(
+    source: str, workdir: Path, name: str, flags: tuple[str, ...] = ()
+) -> ctypes.CDLL | None:
+    """Compile the C ``source`` for this CPU (``-O3 -march=native`` and ``flags``) into
+    ``workdir/name.so`` and load it; ``None`` where there is no compiler or it fails."""
+    compiler = c_compiler()
     if compiler is None:
         return None
-    source, library = workdir / "d5_fma.c", workdir / "d5_fma.so"
-    source.write_text(_FMA_SOURCE)
-    command = [compiler, "-O3", "-march=native", "-ffp-contract=fast", "-shared", "-fPIC"]
+    path, library = workdir / f"{name}.c", workdir / f"{name}.so"
+    path.write_text(source)
+    command = [compiler, "-O3", "-march=native", *flags, "-shared", "-fPIC"]
     try:
         subprocess.run(
-            [*command, "-o", str(library), str(source)], capture_output=True, check=True,
+            [*command, "-o", str(library), str(path)], capture_output=True, check=True,
             timeout=60,
         )  # fmt: skip
-        lib = ctypes.CDLL(str(library))
+        return ctypes.CDLL(str(library))
     except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def _load_kernel(workdir: Path) -> ctypes.CDLL | None:
+    """Compile the FMA loop for this CPU and load it; ``None`` where that fails."""
+    lib = compile_shared(_FMA_SOURCE, workdir, "d5_fma", ("-ffp-contract=fast",))
+    if lib is None:
         return None
     lib.d5_fma.argtypes = [ctypes.c_long, ctypes.c_float]
     lib.d5_fma.restype = ctypes.c_float
@@ -270,7 +295,7 @@ def measure_peak(threads: int | None = None) -> Peak | None:
 
     :return: the peak, or ``None`` where no C compiler can build the loop.
     """
-    threads = threads or _cores()
+    threads = threads or usable_cores()
     with tempfile.TemporaryDirectory(prefix="d5-peak-") as tmp:
         lib = _load_kernel(Path(tmp))
         if lib is None:
@@ -291,7 +316,7 @@ def estimate_peak(cores: int | None = None) -> Peak:
     cores x clock x vector width x FMA units (the clock is often the base clock)."""
     info = read_cpuinfo()
     flags = set(info.get("flags", "").split())
-    cores = cores or _cores()
+    cores = cores or usable_cores()
     model = info.get("model name", "")
     ghz = 0.0
     match = re.search(r"@\s*([\d.]+)\s*GHz", model)

@@ -324,7 +324,7 @@ def test_every_manager_has_the_internal_builtins_plugin_and_nothing_else(
     (rec,) = d5_plugin_manager.records
     assert (rec.name, rec.distribution, rec.status.value) == ("builtins", "d5core", "ok")
     assert rec.hooks == ["d5_graph_passes", "d5_lr_schedules", "d5_model_zoo",
-                         "d5_operator_shape_suites"]  # fmt: skip
+                         "d5_operator_shape_suites", "d5_report_figures"]  # fmt: skip
     assert d5_plugin_manager.hook.d5_environment_info() == []
     (line,) = selection_warnings({"D5_DISABLE_PLUGINS": "builtins"}, [])
     assert "part of d5core, which is always on" in line

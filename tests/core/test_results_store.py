@@ -533,6 +533,7 @@ def test_a_version_1_database_gains_interrupted_without_losing_measurements(db, 
     conn.execute("ALTER TABLE measurements DROP COLUMN better")
     conn.execute("ALTER TABLE run_metrics DROP COLUMN better")
     conn.execute("ALTER TABLE samples DROP COLUMN process")
+    conn.execute("DROP TABLE run_tags")
     conn.execute("PRAGMA user_version = 1")
     conn.execute("COMMIT")
     with pytest.raises(sqlite3.IntegrityError):

@@ -9,7 +9,7 @@ of :data:`SHAPE_HEADER_NBYTES` bytes per rank, and count it with the data.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -284,6 +284,32 @@ class MPICommunicator(Communicator):
         buf = np.empty(_shape(shape), dtype=dtype)
         request = self.comm.Irecv(buf, source=_source(source), tag=_tag(tag))
         return MPIRequest(self, request, buf, "irecv", t0)
+
+    # -- the library underneath -----------------------------------------------
+
+    def raw_collective(self, name: str) -> Callable[[np.ndarray], Any] | None:
+        """mpi4py's own call for ``name``, uncounted: ``Allreduce`` in place (sum),
+        ``Bcast`` from rank 0 in place, ``Allgather`` into a new array; ``None`` for
+        other collectives (see :meth:`d5core.api.Communicator.raw_collective`)."""
+        comm, size = self.comm, self._size
+
+        def allreduce(buf: np.ndarray) -> None:
+            comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
+
+        def broadcast(buf: np.ndarray) -> None:
+            comm.Bcast(buf, root=0)
+
+        def allgather(buf: np.ndarray) -> np.ndarray:
+            out = np.empty((size, *buf.shape), dtype=buf.dtype)
+            comm.Allgather(buf, out)
+            return out
+
+        calls: dict[str, Callable[[np.ndarray], Any]] = {
+            "allreduce": allreduce,
+            "broadcast": broadcast,
+            "allgather": allgather,
+        }
+        return calls.get(name)
 
 
 #: Tag of :meth:`MPICommunicator.neighbor_exchange` messages (kept apart from user tags).
