@@ -26,17 +26,7 @@ import numpy as np
 from _machine import load, machine
 from d5_plugin_mpi.launch import build_command, under_launcher
 
-from d5core.levels.distributed import bus_factor
-
-
-def _samples(nbytes: int) -> int:
-    if nbytes <= 1 << 20:
-        return 100
-    if nbytes <= 4 << 20:
-        return 40
-    if nbytes <= 16 << 20:
-        return 20
-    return 12
+from d5core.runners.comm_sweep import bandwidths, samples_for
 
 
 def worker(max_mb: int) -> list[dict[str, Any]]:
@@ -63,7 +53,7 @@ def worker(max_mb: int) -> list[dict[str, Any]]:
         times: dict[str, list[float]] = {"d5": [], "raw": []}
         mine = np.empty(1, dtype=np.float64)
         allt = np.empty(n, dtype=np.float64)
-        count = _samples(nbytes)
+        count = samples_for(nbytes)
         for i in range(count + 2):  # two warm-up rounds
             order = [("d5", d5), ("raw", raw)] if i % 2 == 0 else [("raw", raw), ("d5", d5)]
             for name, fn in order:
@@ -78,7 +68,8 @@ def worker(max_mb: int) -> list[dict[str, Any]]:
         if rank == 0:
             d5_t = summarize(times["d5"]).median
             raw_t = summarize(times["raw"]).median
-            factor = bus_factor("allreduce", n)
+            d5_algbw, d5_busbw = bandwidths("allreduce", nbytes, n, d5_t)
+            raw_algbw, raw_busbw = bandwidths("allreduce", nbytes, n, raw_t)
             rows.append(
                 {
                     "ranks": n,
@@ -86,10 +77,10 @@ def worker(max_mb: int) -> list[dict[str, Any]]:
                     "samples": count,
                     "d5_s": d5_t,
                     "raw_s": raw_t,
-                    "d5_algbw_GBs": nbytes / d5_t / 1e9,
-                    "raw_algbw_GBs": nbytes / raw_t / 1e9,
-                    "d5_busbw_GBs": nbytes / d5_t / 1e9 * factor,
-                    "raw_busbw_GBs": nbytes / raw_t / 1e9 * factor,
+                    "d5_algbw_GBs": d5_algbw,
+                    "raw_algbw_GBs": raw_algbw,
+                    "d5_busbw_GBs": d5_busbw,
+                    "raw_busbw_GBs": raw_busbw,
                     "ratio": raw_t / d5_t,
                 }
             )

@@ -675,14 +675,19 @@ def _store_nested(
     gathered: Gathered,
     labels: dict[str, Any],
     unit: str,
+    rate_of: float | None = None,
 ) -> None:
-    """Store ``values`` (the gathered measurement, or samples derived one to one from
-    its samples) with the process of each sample and its nested summary."""
-    from d5core.runners.jobs import by_process, headline, stored_summary
+    """Store ``values`` (the gathered measurement, or rates derived one to one from its
+    samples as ``rate_of / t``) with the process of each sample and its nested summary
+    (for rates, the times' own median and intervals, inverted: :func:`rate_headline`)."""
+    from d5core.runners.jobs import by_process, headline, rate_headline, stored_summary
 
     samples = values.samples if hasattr(values, "samples") else list(values)
-    confidence = gathered.nested.confidence
-    summary, nested = headline(by_process(samples, gathered.processes), confidence)
+    if rate_of is not None:
+        summary, nested = rate_headline(gathered, rate_of, samples)
+    else:
+        confidence = gathered.nested.confidence
+        summary, nested = headline(by_process(samples, gathered.processes), confidence)
     store.add_measurement(
         run_id, metric, values, labels=labels, unit=unit,
         summary=stored_summary(summary, nested), processes=gathered.processes,
@@ -700,7 +705,10 @@ def _store_op_timing(store: Any, run_id: str, timing: Any, gathered: Gathered) -
     _store_nested(store, run_id, "time", timing.measurement, gathered, labels, "s")
     rates = timing.gflops_samples()
     if rates:
-        _store_nested(store, run_id, "gflops", rates, gathered, labels, "GFLOP/s")
+        _store_nested(
+            store, run_id, "gflops", rates, gathered, labels, "GFLOP/s",
+            rate_of=timing.flops / 1e9,
+        )  # fmt: skip
     if timing.peak_fraction:
         store.add_metric(run_id, "peak_fraction", timing.peak_fraction, labels=labels)
 
@@ -951,8 +959,9 @@ def _store_net_timing(store: Any, run_id: str, timing: Any, gathered: Gathered) 
     labels = {"executor": timing.executor, "mode": timing.mode, "batch": timing.batch}
     _store_nested(store, run_id, "time", timing.measurement, gathered, labels, "s")
     _store_nested(
-        store, run_id, "throughput", timing.throughput_samples(), gathered, labels, "samples/s"
-    )
+        store, run_id, "throughput", timing.throughput_samples(), gathered, labels, "samples/s",
+        rate_of=float(timing.batch),
+    )  # fmt: skip
     per_node = timing.per_node
     if per_node is None:
         return

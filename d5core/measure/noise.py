@@ -50,6 +50,7 @@ from d5core.measure.engine import MeasureOptions
 from d5core.measure.fitness import assess, competition, snapshot
 from d5core.measure.invocations import Invocations, Job, RoundRecord, run_invocations
 from d5core.measure.nested import NestedSummary
+from d5core.overrides import number_from_env
 
 if TYPE_CHECKING:
     from d5core.results.store import ResultsStore, RunRecord
@@ -450,19 +451,13 @@ def noise_floor_override(environ: Mapping[str, str] | None = None) -> float | No
 
     :raises UsageError: for a value that is not a number from 0 up to (not including) 1.
     """
-    raw = (os.environ if environ is None else environ).get(NOISE_FLOOR_ENV, "").strip()
-    if not raw:
-        return None
-    try:
-        value = float(raw)
-    except ValueError:
-        value = math.nan
-    if not 0.0 <= value < 1.0:
-        raise UsageError(
-            f"{NOISE_FLOOR_ENV} must be a fraction from 0 up to 1, such as 0.03 for 3%; "
-            f"got {raw!r} (unset it to use this machine's calibration)"
-        )
-    return value
+    return number_from_env(
+        NOISE_FLOOR_ENV,
+        must_be="a fraction from 0 up to 1, such as 0.03 for 3%",
+        unset_to="use this machine's calibration",
+        accept=lambda value: 0.0 <= value < 1.0,
+        environ=environ,
+    )
 
 
 def _overridden(value: float) -> NoiseFloor:

@@ -164,7 +164,8 @@ def _check_families(names: Sequence[str], runs: Sequence[ReportRun]) -> None:
         if level is None:
             return  # a family of any level: it may draw every run
         levels.add(level)
-    wrong = [run for run in runs if run.level not in levels]
+    # Runs no level draws (validations, calibrations, conformance) mix with any figure.
+    wrong = [run for run in runs if run.level is not None and run.level not in levels]
     if not wrong:
         return
     asked = " ".join(f"--figure {n}" for n in names)

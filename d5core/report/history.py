@@ -37,7 +37,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from d5core.report.model import ReportFigure, ReportMeasurement, ReportRun
-from d5core.report.style import PALETTE, colors_for, machines_note, new_figure, short_label
+from d5core.report.style import PALETTE, colors_for, new_figure, runs_figure, short_label
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -558,15 +558,14 @@ def _figure(section: str, series: Sequence[HistorySeries], total: int) -> Report
             f"runs are)."
         )
     data = {"series": drawn, "series_total": total, "series_left_out": left_out}
-    return ReportFigure(
+    return runs_figure(
+        figure,
+        data,
+        runs,
         key=_key(section),
         title=f"History of {section} benchmarks ({n} of {total})",
         section="history",
-        figure=figure,
-        data=data,
-        runs=tuple(r.id for r in runs),
         caption=caption,
-        notes=machines_note(runs),
     )
 
 

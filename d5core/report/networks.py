@@ -26,7 +26,7 @@ import math
 import re
 import statistics
 import textwrap
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -35,13 +35,14 @@ from d5core.report.style import (
     PALETTE,
     colors_for,
     draw_distributions,
-    machines_note,
     new_figure,
+    runs_figure,
     short_label,
 )
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 __all__ = [
     "MAX_BATCH_PANELS",
@@ -280,6 +281,35 @@ def _drawn_runs(problem: _Problem) -> tuple[list[str], list[str]]:
     ]
 
 
+def _problem_figure(
+    problem: _Problem,
+    prefix: str,
+    title: str,
+    figure: Figure,
+    *,
+    drawn: Sequence[str],
+    caption: Sequence[str],
+    unit: str,
+    scale: float,
+    data: Mapping[str, Any],
+    ids: Iterable[str] | None = None,
+) -> ReportFigure:
+    """A figure of ``problem`` drawn from its runs ``drawn`` (naming only ``ids`` of them
+    where given): key and title name the problem, and its data starts with the problem
+    and the time unit (``unit``, ``scale`` from seconds), then ``data``."""
+    return runs_figure(
+        figure,
+        {"model": problem.model, "mode": problem.mode, "batch": problem.batch,
+         "time_unit": unit, "time_scale": scale, **data},
+        [problem.runs[r][0].run for r in drawn],
+        key=_key(prefix, problem.model, problem.mode, problem.batch),
+        title=f"{title}: {problem.name}",
+        section=SECTION,
+        caption=" ".join(caption),
+        ids=ids,
+    )  # fmt: skip
+
+
 def _label(series: _Series, several: bool) -> str:
     return f"{series.executor} ({_short_id(series.run)})" if several else series.executor
 
@@ -387,7 +417,6 @@ def _steps_figure(
         fontsize=8,
     )
 
-    runs = [problem.runs[r][0].run for r in drawn_ids]
     caption = [
         f"{problem.name}: time per step of each executor, every stored sample as a box"
         + ("" if log else " (a violin behind it from 30 samples)")
@@ -411,26 +440,11 @@ def _steps_figure(
         caption.append("The time axis is logarithmic (so no violins).")
     if left_out_problems:
         caption.append(left_out_problems)
-    data = {
-        "model": problem.model,
-        "mode": problem.mode,
-        "batch": problem.batch,
-        "time_unit": unit,
-        "time_scale": scale,
-        "runs_left_out": older,
-        "bases": bases,
-        "series": rows,
-    }
-    return ReportFigure(
-        key=_key("net-steps", problem.model, problem.mode, problem.batch),
-        title=f"Time per step and throughput: {problem.name}",
-        section=SECTION,
-        figure=figure,
-        data=data,
-        runs=tuple(drawn_ids),
-        caption=" ".join(caption),
-        notes=machines_note(runs),
-    )
+    data = {"runs_left_out": older, "bases": bases, "series": rows}
+    return _problem_figure(
+        problem, "net-steps", "Time per step and throughput", figure,
+        drawn=drawn_ids, caption=caption, unit=unit, scale=scale, data=data,
+    )  # fmt: skip
 
 
 # -- per-node breakdown ------------------------------------------------------------------------
@@ -543,7 +557,6 @@ def _breakdown_figure(problem: _Problem, left_out_problems: str) -> ReportFigure
     )
 
     fallback = sorted({n["node"] for r in rows for n in r["nodes"] if n["fallback"]})
-    runs = [problem.runs[r][0].run for r in drawn_ids]
     caption = [
         f"{problem.name}: the median time of every node (from the separate per-node run of "
         "--breakdown), added up per operator type"
@@ -568,25 +581,11 @@ def _breakdown_figure(problem: _Problem, left_out_problems: str) -> ReportFigure
         caption.append("A confidence interval that runs past the axes is cut there.")
     if left_out_problems:
         caption.append(left_out_problems)
-    data = {
-        "model": problem.model,
-        "mode": problem.mode,
-        "batch": problem.batch,
-        "time_unit": unit,
-        "time_scale": scale,
-        "segments": segments,
-        "series": rows,
-    }
-    return ReportFigure(
-        key=_key("net-breakdown", problem.model, problem.mode, problem.batch),
-        title=f"Per-node breakdown: {problem.name}",
-        section=SECTION,
-        figure=figure,
-        data=data,
-        runs=tuple(dict.fromkeys(r["run"] for r in rows)),
-        caption=" ".join(caption),
-        notes=machines_note(runs),
-    )
+    return _problem_figure(
+        problem, "net-breakdown", "Per-node breakdown", figure,
+        drawn=drawn_ids, caption=caption, unit=unit, scale=scale,
+        data={"segments": segments, "series": rows}, ids=dict.fromkeys(r["run"] for r in rows),
+    )  # fmt: skip
 
 
 def _bottoms(
@@ -683,15 +682,15 @@ def _batch_figure(
             + ", ".join(f"{m} ({mode})" for m, mode in left_out)
             + "."
         )
-    return ReportFigure(
+    return runs_figure(
+        figure,
+        {"panels": panels},
+        list(drawn_runs.values()),
         key="net-batch-scaling",
         title="Throughput against batch size",
         section=SECTION,
-        figure=figure,
-        data={"panels": panels},
-        runs=tuple(sorted(drawn_runs)),
         caption=caption,
-        notes=machines_note(list(drawn_runs.values())),
+        ids=sorted(drawn_runs),
     )
 
 

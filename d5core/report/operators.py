@@ -27,18 +27,21 @@ from __future__ import annotations
 import hashlib
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from d5core.report.model import ReportFigure, ReportMeasurement, ReportRun
 from d5core.report.style import (
     colors_for,
     draw_distributions,
-    machines_note,
     new_figure,
+    runs_figure,
     short_label,
 )
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 __all__ = [
     "MAX_GROUPS",
@@ -185,6 +188,31 @@ def _left_out_runs_text(group: _Group) -> str:
     return f" Older runs of {group.title} left out: {_names(ids)}."
 
 
+def _group_figure(
+    group: _Group,
+    prefix: str,
+    title: str,
+    figure: Figure,
+    caption: str,
+    data: Mapping[str, Any],
+    ids: Iterable[str] | None = None,
+) -> ReportFigure:
+    """A figure of ``group``'s runs (naming only ``ids`` of them where given): key and
+    title name the group; its data is the group, ``data``, then the runs left out, which
+    the caption names last."""
+    return runs_figure(
+        figure,
+        {"op": group.op, "dtype": group.dtype, "direction": group.direction, **data,
+         "left_out_runs": [r.id for r in group.left_out]},
+        group.runs,
+        key=_key(prefix, group.op, group.dtype, group.direction),
+        title=f"{group.title}: {title}",
+        section=SECTION,
+        caption=caption + _left_out_runs_text(group),
+        ids=ids,
+    )  # fmt: skip
+
+
 # -- samples per backend ---------------------------------------------------------------------
 
 
@@ -243,8 +271,22 @@ def _samples_figure(group: _Group, colors: dict[str, str]) -> ReportFigure | Non
             for e in panel["groups"]
         ]
         label_colors = {_plain(e["label"]): colors[e["backend"]] for e in panel["groups"]}
-        draw_distributions(ax, groups, colors=label_colors, scale=panel["scale"])
-        ax.set_ylim(panel["y_range"][0] * panel["scale"], panel["y_range"][1] * panel["scale"])
+        low, high = panel["y_range"]
+        # Backends a factor 20 apart share a panel on a log axis, where a box of each can
+        # be read; a violin (a density of the linear values) is then left out.
+        positive = [v for e in panel["groups"] for v in e["samples"] if v > 0]
+        smallest = min(positive) if positive else 0.0
+        log_axis = smallest > 0 and high / smallest > 20
+        if log_axis:
+            low = smallest / 1.25
+        panel["log_axis"] = log_axis
+        draw_distributions(
+            ax, groups, colors=label_colors, scale=panel["scale"],
+            violin_from=10**9 if log_axis else 30,
+        )  # fmt: skip
+        if log_axis:
+            ax.set_yscale("log")
+        ax.set_ylim(low * panel["scale"], high * panel["scale"])
         ax.set_title(_plain(short_label(panel["problem"], 36)), fontsize=8)
         ax.set_ylabel(f"time per call ({panel['unit']})")
         ax.tick_params(axis="x", labelrotation=30 if several else 0, labelsize=7)
@@ -255,7 +297,9 @@ def _samples_figure(group: _Group, colors: dict[str, str]) -> ReportFigure | Non
         "The samples of every backend on each problem: boxes span the quartiles, "
         "whiskers 1.5 IQR, a violin shows the density where there are at least 30 "
         "samples; the black bar is the median with its 95% confidence interval (between "
-        "processes where several processes were run). Each panel has its own time unit."
+        "processes where several processes were run). Each panel has its own time unit; "
+        "a panel whose backends lie more than a factor 20 apart is drawn on a log axis, "
+        "without violins."
     )
     if several:
         caption += " Labels name the backend and the run id."
@@ -271,26 +315,8 @@ def _samples_figure(group: _Group, colors: dict[str, str]) -> ReportFigure | Non
             f" {len(hidden)} of {len(problems)} problems left out (at most "
             f"{MAX_PROBLEMS_PER_FIGURE} per figure): {_names(hidden, 4)}."
         )
-    caption += _left_out_runs_text(group)
-    data = {
-        "op": group.op,
-        "dtype": group.dtype,
-        "direction": group.direction,
-        "runs": [r.id for r in group.runs],
-        "problems": panels,
-        "left_out_problems": hidden,
-        "left_out_runs": [r.id for r in group.left_out],
-    }
-    return ReportFigure(
-        key=_key("op-samples", group.op, group.dtype, group.direction),
-        title=f"{group.title}: samples per backend",
-        section=SECTION,
-        figure=figure,
-        data=data,
-        runs=tuple(r.id for r in group.runs),
-        caption=caption,
-        notes=machines_note(group.runs),
-    )
+    data = {"runs": [r.id for r in group.runs], "problems": panels, "left_out_problems": hidden}
+    return _group_figure(group, "op-samples", "samples per backend", figure, caption, data)
 
 
 def _sample_range(entries: Sequence[dict[str, Any]]) -> tuple[list[float], bool]:
@@ -434,29 +460,16 @@ def _dispatch_figure(group: _Group, colors: dict[str, str]) -> ReportFigure | No
         )
     if unsized:
         caption += f" Not drawn (no stored problem size): runs {_names([i[:6] for i in unsized])}."
-    caption += _left_out_runs_text(group)
     data = {
-        "op": group.op,
-        "dtype": group.dtype,
-        "direction": group.direction,
         "size": quantity,
         "unit": unit,
         "scale": scale,
         "y_range": y_range,
         "lines": lines,
         "not_drawn": unsized,
-        "left_out_runs": [r.id for r in group.left_out],
     }
-    return ReportFigure(
-        key=_key("op-dispatch", group.op, group.dtype, group.direction),
-        title=f"{group.title}: time per call against size",
-        section=SECTION,
-        figure=figure,
-        data=data,
-        runs=tuple(run_ids),
-        caption=caption,
-        notes=machines_note(group.runs),
-    )
+    title = "time per call against size"
+    return _group_figure(group, "op-dispatch", title, figure, caption, data, ids=run_ids)
 
 
 # -- roofline --------------------------------------------------------------------------------
@@ -682,15 +695,14 @@ def _roofline_figure(
         "y_range": y_range,
     }
     drawn = [runs[i] for i in dict.fromkeys([*(p["run"] for p in points), *without_bytes])]
-    return ReportFigure(
+    return runs_figure(
+        figure,
+        data,
+        drawn,
         key=_key("op-roofline", dtype),
         title=f"Roofline ({dtype})",
         section=SECTION,
-        figure=figure,
-        data=data,
-        runs=tuple(r.id for r in drawn),
         caption=caption,
-        notes=machines_note(drawn),
     )
 
 

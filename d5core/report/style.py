@@ -7,8 +7,10 @@ figures in one process without a display.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
+
+from d5core.report.model import ReportFigure
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -23,6 +25,7 @@ __all__ = [
     "draw_distributions",
     "machines_note",
     "new_figure",
+    "runs_figure",
     "short_label",
 ]
 
@@ -98,6 +101,35 @@ def machines_note(runs: Sequence[ReportRun]) -> tuple[str, ...]:
         for machine, ids in sorted(machines.items())
     )
     return (f"drawn from runs of {len(machines)} different machines ({listed})",)
+
+
+def runs_figure(
+    figure: Figure,
+    data: Mapping[str, Any],
+    runs: Sequence[ReportRun],
+    *,
+    key: str,
+    title: str,
+    section: str,
+    caption: str,
+    ids: Iterable[str] | None = None,
+) -> ReportFigure:
+    """The report figure ``figure``, drawing ``data`` from ``runs``.
+
+    It names the runs it draws (their ids, or ``ids`` where only some of ``runs`` end
+    up drawn) and carries :func:`machines_note` of ``runs``, so that no figure mixes
+    machines without saying so.
+    """
+    return ReportFigure(
+        key=key,
+        title=title,
+        section=section,
+        figure=figure,
+        data=data,
+        runs=tuple(run.id for run in runs) if ids is None else tuple(ids),
+        caption=caption,
+        notes=machines_note(runs),
+    )
 
 
 def draw_distributions(

@@ -33,8 +33,8 @@ from d5core.report.model import ReportFigure, ReportMeasurement, ReportRun
 from d5core.report.style import (
     colors_for,
     draw_distributions,
-    machines_note,
     new_figure,
+    runs_figure,
     short_label,
 )
 
@@ -425,7 +425,8 @@ def _time_panel(
             text += "\nolympic mean n/a"
         if entry["not_summarised"]:
             text += f"\n+{len(entry['not_summarised'])} not finished"
-        ticks.append(f"{short_label(label, 18)}\n{text}")
+        wrapped = "\n".join(short_label(part, 22) for part in label.split(", ")[:3])
+        ticks.append(f"{wrapped}\n{text}")
     ax.set_xticks(range(1, len(ticks) + 1), ticks, fontsize=7)
     if any(entry["missed"] for entry in data.values()):  # room for the triangles
         low, high = ax.get_ylim()
@@ -568,7 +569,7 @@ def _recipe_figure(
     stopped = _stopped(groups)
     data["stopped"] = stopped
     handles = [
-        Line2D([], [], color=colors[label], label=short_label(label, 30)) for label in groups
+        Line2D([], [], color=colors[label], label=short_label(label, 48)) for label in groups
     ]
     statuses = {item["status"] for item in stopped}
     if "diverged" in statuses:
@@ -589,15 +590,14 @@ def _recipe_figure(
     data["left_out"] = left_out
     caption = _caption(name, keys, data, test_axis, targets, stopped, left_out)
     fixed_digest = _digest(f"{name}\0{fixed}")
-    return ReportFigure(
+    return runs_figure(
+        figure,
+        data,
+        drawn,
         key=f"training-{_slug(name)}-{fixed_digest}",
         title=f"Training: {name}" + (f" (FIXED {fixed_digest})" if twin else ""),
         section="training",
-        figure=figure,
-        data=data,
-        runs=tuple(run.id for run in drawn),
         caption=caption,
-        notes=machines_note(drawn),
     )
 
 

@@ -302,6 +302,55 @@ def _summarize(values: Sequence[float]) -> dict[str, Any] | None:
         return None
 
 
+#: The columns :func:`_measurement_record` reads, in its order (``FROM measurements``).
+_MEASUREMENT_COLUMNS = (
+    "id, run_id, metric, labels, unit, n, summary, blocked, block_size, warmup_runs, "
+    "stopped_by, details, better"
+)
+#: The columns :func:`_metric_record` reads, in its order (``FROM run_metrics``).
+_METRIC_COLUMNS = "id, run_id, name, labels, value, unit, better"
+
+
+def _measurement_record(row: Sequence[Any]) -> MeasurementRecord:
+    """A ``measurements`` row (:data:`_MEASUREMENT_COLUMNS`) as its record."""
+    return MeasurementRecord(
+        id=row[0],
+        run_id=row[1],
+        metric=row[2],
+        labels=_loads(row[3]) or {},
+        unit=row[4],
+        n=int(row[5]),
+        summary=_loads(row[6]),
+        blocked=None if row[7] is None else bool(row[7]),
+        block_size=row[8],
+        warmup_runs=row[9],
+        stopped_by=row[10],
+        details=_loads(row[11]) or {},
+        better=_direction(row[12], row[2], row[4]),
+    )
+
+
+def _metric_record(row: Sequence[Any]) -> MetricRecord:
+    """A ``run_metrics`` row (:data:`_METRIC_COLUMNS`) as its record; NULL is NaN."""
+    mid, rid, name, labels, value, unit, better = row
+    return MetricRecord(
+        id=mid,
+        run_id=rid,
+        name=name,
+        labels=_loads(labels) or {},
+        value=math.nan if value is None else float(value),
+        unit=unit,
+        better=_direction(better, name, unit),
+    )
+
+
+def _joined_environment(shared: str | None, own: str | None) -> dict[str, Any]:
+    """A run's whole environment from its stored parts: the shared set-up, then its own keys."""
+    env: dict[str, Any] = _loads(shared) or {}
+    env.update(_loads(own) or {})
+    return env
+
+
 # -- the store -----------------------------------------------------------------
 
 
@@ -975,37 +1024,16 @@ class ResultsStore:
             "ON e.id = r.environment_id WHERE r.id = ?",
             (run.id,),
         ).fetchone()
-        env: dict[str, Any] = _loads(row[0]) or {}
-        env.update(_loads(row[1]) or {})
-        return env
+        return _joined_environment(row[0], row[1])
 
     def measurements(self, run_id: str) -> list[MeasurementRecord]:
         """The measurements of a run, in the order they were stored."""
         run = self.get_run(run_id)
         rows = self._conn.execute(
-            "SELECT id, run_id, metric, labels, unit, n, summary, blocked, block_size, "
-            "warmup_runs, stopped_by, details, better FROM measurements WHERE run_id = ? "
-            "ORDER BY id",
+            f"SELECT {_MEASUREMENT_COLUMNS} FROM measurements WHERE run_id = ? ORDER BY id",
             (run.id,),
         )
-        return [
-            MeasurementRecord(
-                id=row[0],
-                run_id=row[1],
-                metric=row[2],
-                labels=_loads(row[3]) or {},
-                unit=row[4],
-                n=int(row[5]),
-                summary=_loads(row[6]),
-                blocked=None if row[7] is None else bool(row[7]),
-                block_size=row[8],
-                warmup_runs=row[9],
-                stopped_by=row[10],
-                details=_loads(row[11]) or {},
-                better=_direction(row[12], row[2], row[4]),
-            )
-            for row in rows
-        ]
+        return [_measurement_record(row) for row in rows]
 
     def samples(self, measurement_id: int) -> list[float]:
         """The raw samples of a measurement, in the order they were taken (NaN kept)."""
@@ -1032,22 +1060,10 @@ class ResultsStore:
         """The scalar metrics of a run, in the order they were stored."""
         run = self.get_run(run_id)
         rows = self._conn.execute(
-            "SELECT id, run_id, name, labels, value, unit, better FROM run_metrics "
-            "WHERE run_id = ? ORDER BY id",
+            f"SELECT {_METRIC_COLUMNS} FROM run_metrics WHERE run_id = ? ORDER BY id",
             (run.id,),
         )
-        return [
-            MetricRecord(
-                id=mid,
-                run_id=rid,
-                name=name,
-                labels=_loads(labels) or {},
-                value=math.nan if value is None else float(value),
-                unit=unit,
-                better=_direction(better, name, unit),
-            )
-            for mid, rid, name, labels, value, unit, better in rows
-        ]
+        return [_metric_record(row) for row in rows]
 
     def run_document(self, run_id: str, *, samples: bool = True) -> dict[str, Any]:
         """Everything stored about a run as one JSON-ready dict (what ``export`` writes).
@@ -1118,28 +1134,20 @@ class ResultsStore:
                     )
                 )
             }
-            envs: dict[str, dict[str, Any]] = {}
-            for rid, shared, own in self._conn.execute(
-                "SELECT r.id, e.data, r.context FROM runs r LEFT JOIN environments e "
-                "ON e.id = r.environment_id WHERE r.id IN (SELECT id FROM _wanted)"
-            ):
-                env: dict[str, Any] = _loads(shared) or {}
-                env.update(_loads(own) or {})
-                envs[rid] = env
+            envs: dict[str, dict[str, Any]] = {
+                rid: _joined_environment(shared, own)
+                for rid, shared, own in self._conn.execute(
+                    "SELECT r.id, e.data, r.context FROM runs r LEFT JOIN environments e "
+                    "ON e.id = r.environment_id WHERE r.id IN (SELECT id FROM _wanted)"
+                )
+            }
             measurements: dict[str, list[MeasurementRecord]] = {}
             by_id: dict[int, MeasurementRecord] = {}
             for row in self._conn.execute(
-                "SELECT id, run_id, metric, labels, unit, n, summary, blocked, block_size, "
-                "warmup_runs, stopped_by, details, better FROM measurements "
+                f"SELECT {_MEASUREMENT_COLUMNS} FROM measurements "
                 "WHERE run_id IN (SELECT id FROM _wanted) ORDER BY id"
             ):
-                record = MeasurementRecord(
-                    id=row[0], run_id=row[1], metric=row[2], labels=_loads(row[3]) or {},
-                    unit=row[4], n=int(row[5]), summary=_loads(row[6]),
-                    blocked=None if row[7] is None else bool(row[7]), block_size=row[8],
-                    warmup_runs=row[9], stopped_by=row[10], details=_loads(row[11]) or {},
-                    better=_direction(row[12], row[2], row[4]),
-                )  # fmt: skip
+                record = _measurement_record(row)
                 measurements.setdefault(record.run_id, []).append(record)
                 by_id[record.id] = record
             values: dict[int, list[float]] = {}
@@ -1152,21 +1160,12 @@ class ResultsStore:
                 values.setdefault(mid, []).append(math.nan if value is None else float(value))
                 processes.setdefault(mid, []).append(None if process is None else int(process))
             metrics: dict[str, list[MetricRecord]] = {}
-            for mid, rid, name, labels, value, unit, better in self._conn.execute(
-                "SELECT id, run_id, name, labels, value, unit, better FROM run_metrics "
+            for row in self._conn.execute(
+                f"SELECT {_METRIC_COLUMNS} FROM run_metrics "
                 "WHERE run_id IN (SELECT id FROM _wanted) ORDER BY id"
             ):
-                metrics.setdefault(rid, []).append(
-                    MetricRecord(
-                        id=mid,
-                        run_id=rid,
-                        name=name,
-                        labels=_loads(labels) or {},
-                        value=math.nan if value is None else float(value),
-                        unit=unit,
-                        better=_direction(better, name, unit),
-                    )
-                )
+                metric = _metric_record(row)
+                metrics.setdefault(metric.run_id, []).append(metric)
         finally:
             self._conn.execute("COMMIT")
         return [

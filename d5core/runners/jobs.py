@@ -42,6 +42,7 @@ __all__ = [
     "op_job",
     "problem_from_json",
     "problem_to_json",
+    "rate_headline",
     "stored_summary",
     "thread_counts",
     "within_noise",
@@ -212,6 +213,42 @@ def gather(result: JobResult) -> Gathered:
     )
     processes = [r.round for r in runs for _ in r.samples]
     return Gathered(measurement, processes, nested)
+
+
+def rate_headline(
+    gathered: Gathered, numerator: float, rates: Sequence[float]
+) -> tuple[Summary, NestedSummary]:
+    """The headline of ``rates`` derived one to one from ``gathered``'s times
+    (``numerator / t``: samples per second, GFLOP/s), as :func:`headline` returns it.
+
+    Its median and intervals are the times' own, inverted, so that a stored rate and the
+    time it came from always tell the same story: a median computed over the rates would
+    be the mean of the two middle rates when their count is even, which is not
+    ``numerator / median time`` and, for samples in two modes, can be several times
+    larger. The other fields (percentiles, mean, stability) describe the rates.
+    """
+    times, nested = gathered.measurement.summary, gathered.nested
+
+    def inverted(value: float | None) -> float | None:
+        return None if value is None or value <= 0 else numerator / value
+
+    pooled = summarize(list(rates), nested.confidence)
+    rate_nested = dataclasses.replace(
+        nested,
+        process_medians=[numerator / m for m in nested.process_medians],
+        median=numerator / nested.median,
+        ci_low=inverted(nested.ci_high),
+        ci_high=inverted(nested.ci_low),
+        within_ci_low=numerator / nested.within_ci_high,
+        within_ci_high=numerator / nested.within_ci_low,
+    )
+    summary = dataclasses.replace(
+        pooled,
+        median=numerator / times.median,
+        ci_low=numerator / times.ci_high,
+        ci_high=numerator / times.ci_low,
+    )
+    return summary, rate_nested
 
 
 def by_process(values: Sequence[float], processes: Sequence[int]) -> list[list[float]]:

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import math
 import os
 import tempfile
 import threading
@@ -40,6 +39,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from d5core.errors import UsageError
+from d5core.overrides import number_from_env
 from d5core.workloads import roofline
 
 if TYPE_CHECKING:
@@ -96,19 +96,12 @@ def bandwidth_override() -> Bandwidth | None:
 
     :raises UsageError: when it is not a positive, finite number.
     """
-    raw = os.environ.get(BANDWIDTH_ENV_VAR, "").strip()
-    if not raw:
-        return None
-    try:
-        value = float(raw)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or value <= 0:
-        raise UsageError(
-            f"{BANDWIDTH_ENV_VAR} must be a positive number of GB/s, not {raw!r}; fix it, "
-            f"or unset it to measure this machine's memory bandwidth"
-        )
-    return Bandwidth(value, BANDWIDTH_ENV_VAR)
+    value = number_from_env(
+        BANDWIDTH_ENV_VAR,
+        must_be="a positive number of GB/s",
+        unset_to="measure this machine's memory bandwidth",
+    )
+    return None if value is None else Bandwidth(value, BANDWIDTH_ENV_VAR)
 
 
 def memory_bandwidth() -> Bandwidth:
@@ -132,13 +125,10 @@ def _machine_bandwidth() -> Bandwidth:
     """The cached bandwidth of this machine, else a new measurement; once per process."""
     path = bandwidth_cache_path()
     key = roofline.machine_key()
-    cached = roofline.read_cache(path).get(key)
-    if isinstance(cached, dict):
-        value = cached.get("gbps")
-        if isinstance(value, int | float) and math.isfinite(value) and value > 0:
-            how = f"{cached.get('how', 'measured')}, cached in {path}"
-            return Bandwidth(float(value), how)
-    busy = os.getloadavg()[0] > roofline.usable_cores() / 2
+    cached = roofline.cached_value(path, key, "gbps")
+    if cached is not None:
+        return Bandwidth(*cached)
+    busy = roofline.machine_busy()
     measured = measure_bandwidth()
     if busy:
         return Bandwidth(measured.gbps, f"{measured.source} under load (not cached)")

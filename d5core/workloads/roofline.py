@@ -27,7 +27,6 @@ import ctypes
 import functools
 import hashlib
 import json
-import math
 import os
 import re
 import shutil
@@ -39,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from d5core.environment import read_cpuinfo
-from d5core.errors import UsageError
+from d5core.overrides import is_positive_number, number_from_env
 
 __all__ = [
     "PEAK_ENV_VAR",
@@ -47,9 +46,11 @@ __all__ = [
     "c_compiler",
     "cache_dir",
     "cache_path",
+    "cached_value",
     "compile_shared",
     "cpu_peak",
     "estimate_peak",
+    "machine_busy",
     "machine_key",
     "measure_peak",
     "peak_override",
@@ -122,19 +123,12 @@ def peak_override() -> Peak | None:
 
     :raises UsageError: when it is not a positive, finite number.
     """
-    raw = os.environ.get(PEAK_ENV_VAR, "").strip()
-    if not raw:
-        return None
-    try:
-        value = float(raw)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or value <= 0:
-        raise UsageError(
-            f"{PEAK_ENV_VAR} must be a positive number of float32 GFLOP/s, not {raw!r}; "
-            f"fix it, or unset it to measure this machine's peak"
-        )
-    return Peak(_rates(value), PEAK_ENV_VAR)
+    value = number_from_env(
+        PEAK_ENV_VAR,
+        must_be="a positive number of float32 GFLOP/s",
+        unset_to="measure this machine's peak",
+    )
+    return None if value is None else Peak(_rates(value), PEAK_ENV_VAR)
 
 
 def cpu_peak() -> Peak:
@@ -153,12 +147,11 @@ def _machine_peak() -> Peak:
     """The measured (or cached) peak, else the estimate; once per process."""
     path = cache_path()
     key = machine_key()
-    cached = read_cache(path).get(key)
-    if isinstance(cached, dict) and _positive(cached.get("float32")):
-        how = f"{cached.get('how', 'measured')}, cached in {path}"
-        return Peak(_rates(float(cached["float32"])), how)
+    cached = cached_value(path, key, "float32")
+    if cached is not None:
+        return Peak(_rates(cached[0]), cached[1])
     estimate = estimate_peak()
-    busy = os.getloadavg()[0] > usable_cores() / 2
+    busy = machine_busy()
     measured = measure_peak()
     if measured is None:
         return Peak(estimate.gflops, f"{estimate.source} (no C compiler to measure it)")
@@ -175,8 +168,20 @@ def _machine_peak() -> Peak:
     )
 
 
-def _positive(value: object) -> bool:
-    return isinstance(value, int | float) and math.isfinite(value) and value > 0
+def cached_value(path: Path, key: str, name: str) -> tuple[float, str] | None:
+    """The positive number ``name`` cached for the machine ``key`` in ``path`` (see
+    :func:`write_cache`) and how it was obtained (``"<how>, cached in <path>"``), or
+    ``None`` where nothing usable is cached."""
+    cached = read_cache(path).get(key)
+    if not isinstance(cached, dict) or not is_positive_number(cached.get(name)):
+        return None
+    return float(cached[name]), f"{cached.get('how', 'measured')}, cached in {path}"
+
+
+def machine_busy() -> bool:
+    """Whether the 1-minute load average is above half the usable cores: a measurement of
+    the machine taken now may be used, but is not cached."""
+    return os.getloadavg()[0] > usable_cores() / 2
 
 
 def cache_dir() -> Path:

@@ -29,6 +29,7 @@ from d5core.runners.jobs import (
     op_job,
     problem_from_json,
     problem_to_json,
+    rate_headline,
     stored_summary,
     within_noise,
 )
@@ -162,6 +163,24 @@ def test_the_stored_summary_keeps_the_keys_existing_readers_use():
     assert stored["processes"] == 3 and stored["nested"]["process_medians"] == [1.1, 1.4, 1.1]
     assert 0 <= stored["between_share"] <= 1
     assert stored["within_ci_low"] <= stored["median"] <= stored["within_ci_high"]
+
+
+def test_a_rate_tells_the_same_story_as_the_times_it_came_from():
+    # Two processes, each an even count of samples in two modes: a median taken over the
+    # rates would average the two middle rates (32 / 0.001 and 32 / 0.01 -> 17,600/s)
+    # while the time's median is 5.5 ms (5,818/s).
+    got = gather(_runs([0.001, 0.001, 0.01, 0.01], [0.001, 0.001, 0.01, 0.01]))
+    rates = [32 / t for t in got.measurement.samples]
+    summary, nested = rate_headline(got, 32.0, rates)
+    times = got.measurement.summary
+    assert summary.median == pytest.approx(32 / times.median) == pytest.approx(32 / 0.0055)
+    assert (summary.ci_low, summary.ci_high) == (
+        pytest.approx(32 / times.ci_high), pytest.approx(32 / times.ci_low),
+    )  # fmt: skip
+    assert nested.median == summary.median
+    assert nested.process_medians == [pytest.approx(32 / m) for m in got.nested.process_medians]
+    assert nested.within_ci_low == pytest.approx(32 / got.nested.within_ci_high)
+    assert summary.n == len(rates) and summary.max == pytest.approx(32_000)
 
 
 def test_derived_samples_are_grouped_by_their_process():

@@ -16,6 +16,7 @@ from d5core.networks.conformance import CaseResult, ConformanceReport
 from d5core.report.conformance import CONFORMANCE_SEGMENTS, MAX_BARS, figures
 from d5core.report.model import ReportRun
 from d5core.results import ResultsStore
+from d5core.testing.report_runs import report_runs
 
 ENV = {"hostname": "box", "cpu": {"model": "Test CPU", "logical_cores": 2}}
 
@@ -45,8 +46,7 @@ def _store(db: Path, report: ConformanceReport, env: dict | None = None, **kw) -
 
 def _runs(db: Path) -> list[ReportRun]:
     with ResultsStore.open(db) as store:
-        ids = [r.id for r in store.list_runs()]
-        return [ReportRun.from_stored(s) for s in store.read_runs(ids)]
+        return report_runs(store, [r.id for r in store.list_runs()])
 
 
 def _stored_counts(db: Path, run_id: str) -> dict[str, int]:

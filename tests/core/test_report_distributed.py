@@ -19,6 +19,7 @@ from d5core.report import distributed
 from d5core.report.model import ReportRun
 from d5core.results.store import ResultsStore
 from d5core.runners.comm_sweep import store_sweep, sweep_rows
+from d5core.testing.report_runs import report_runs, stored_metric
 
 
 class Store:
@@ -81,15 +82,11 @@ class Store:
 
     def read(self) -> list[ReportRun]:
         with ResultsStore.open(self.path) as store:
-            return [ReportRun.from_stored(s) for s in store.read_runs(self.ids)]
+            return report_runs(store, self.ids)
 
     def metric(self, run_id: str, name: str, **labels: Any) -> float:
         with ResultsStore.open(self.path) as store:
-            (found,) = [
-                m for m in store.metrics(run_id)
-                if m.name == name and all(m.labels.get(k) == v for k, v in labels.items())
-            ]  # fmt: skip
-            return found.value
+            return stored_metric(store, run_id, name, **labels).value
 
 
 @pytest.fixture

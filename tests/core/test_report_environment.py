@@ -22,6 +22,7 @@ from d5core.report.environment import (
 )
 from d5core.report.model import ReportRun
 from d5core.results.store import ResultsStore
+from d5core.testing.report_runs import report_runs
 
 
 def environment(**changes: Any) -> dict[str, Any]:
@@ -98,7 +99,7 @@ def stored_runs(tmp_path: Path, environments: list[dict[str, Any]]) -> list[Repo
             with store.run("op", f"gemm-{i}", environment=env) as run_id:
                 store.add_measurement(run_id, "time", [1e-3, 2e-3, 3e-3])
             ids.append(run_id)
-        return [ReportRun.from_stored(s) for s in store.read_runs(ids)]
+        return report_runs(store, ids)
 
 
 def test_one_environment_gives_every_fact_the_brief_asks_for() -> None:

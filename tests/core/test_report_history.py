@@ -14,10 +14,10 @@ from d5core.errors import UsageError
 from d5core.measure.noise import machine_fingerprint, machine_identity_of
 from d5core.plugins import PluginManager
 from d5core.report.history import SKIPPED_METRICS, figures, history_series
-from d5core.report.model import ReportFigure, ReportRun
+from d5core.report.model import ReportFigure
 from d5core.results import ResultsStore
 from d5core.results.comparison import compare_runs
-from d5core.runners.jobs import headline, stored_summary
+from d5core.testing.report_runs import report_runs, store_nested
 
 ENV: dict[str, Any] = {
     "packages": {"d5core": "0.1.0"},
@@ -64,21 +64,12 @@ def _op_run(
     environment = {**env, "git": {"commit": commit}} if commit else dict(env)
     with store.run("op", "bench Gemm", environment=environment) as rid:
         for label_set, samples in [(labels or LABELS, per_process), *_extra(extra)]:
-            summary, nested = headline(samples, 0.95)
-            store.add_measurement(
-                rid, "time", [s for p in samples for s in p], labels=label_set, unit="s",
-                summary=stored_summary(summary, nested),
-                processes=[i for i, p in enumerate(samples) for _ in p],
-            )  # fmt: skip
+            store_nested(store, rid, "time", samples, labels=label_set)
     return rid
 
 
 def _extra(extra: dict[str, list[list[float]]] | None) -> list[tuple[dict[str, Any], Any]]:
     return [({**LABELS, "backend": k}, v) for k, v in (extra or {}).items()]
-
-
-def _runs(store: ResultsStore, ids: list[str]) -> list[ReportRun]:
-    return [ReportRun.from_stored(s) for s in store.read_runs(ids)]
 
 
 def _only(found: list[ReportFigure]) -> tuple[ReportFigure, dict[str, Any]]:
@@ -93,7 +84,7 @@ def test_a_clear_2x_slowdown_is_marked_worse(store) -> None:
         _op_run(store, _processes(STEADY, 2), _commit(2)),
         _op_run(store, _processes([2 * m for m in STEADY], 3), _commit(3)),
     ]
-    figure, series = _only(figures(_runs(store, ids)))
+    figure, series = _only(figures(report_runs(store, ids)))
     assert figure.key == "history-operators" and figure.section == "history"
     assert series["run_ids"] == ids
     assert [s["verdict"] for s in series["steps"]] == ["same", "worse"]
@@ -118,7 +109,7 @@ def test_a_speedup_is_marked_better_by_the_direction_of_time(store) -> None:
         _op_run(store, _processes(STEADY, 1), _commit(1)),
         _op_run(store, _processes([m / 2 for m in STEADY], 2), _commit(2)),
     ]
-    _figure, series = _only(figures(_runs(store, ids)))
+    _figure, series = _only(figures(report_runs(store, ids)))
     (change,) = series["changes"]
     assert (change["verdict"], change["change"]) == ("better", "lower")
 
@@ -126,7 +117,7 @@ def test_a_speedup_is_marked_better_by_the_direction_of_time(store) -> None:
 def test_identical_distributions_are_not_marked(store) -> None:
     samples = _processes(STEADY, 7)
     ids = [_op_run(store, samples, _commit(1)), _op_run(store, samples, _commit(2))]
-    figure, series = _only(figures(_runs(store, ids)))
+    figure, series = _only(figures(report_runs(store, ids)))
     (step,) = series["steps"]
     assert step["verdict"] == "same" and step["ratio"] == 1.0
     assert series["changes"] == [] and series["machine_changes"] == []
@@ -139,7 +130,7 @@ def test_runs_of_different_machines_are_never_compared(store) -> None:
         _op_run(store, _processes([2 * m for m in STEADY], 2), _commit(2), env=OTHER_MACHINE),
         _op_run(store, _processes([2 * m for m in STEADY], 3), _commit(3), env=OTHER_MACHINE),
     ]
-    figure, series = _only(figures(_runs(store, ids)))
+    figure, series = _only(figures(report_runs(store, ids)))
     first, second = series["steps"]
     assert first["machine_changed"] is True and first["verdict"] is None
     assert "ratio" not in first
@@ -160,7 +151,7 @@ def test_the_data_is_the_stored_medians_and_intervals(store) -> None:
         _op_run(store, _processes([1.3, 1.2, 1.25, 1.31, 1.28], 2), None),
         _op_run(store, _processes([1.0], 3), _commit(3)),  # one process: within-run CI
     ]
-    _figure, series = _only(figures(_runs(store, ids)))
+    _figure, series = _only(figures(report_runs(store, ids)))
     for i, rid in enumerate(ids):
         (m,) = store.measurements(rid)
         assert m.summary is not None
@@ -178,19 +169,19 @@ def test_the_data_is_the_stored_medians_and_intervals(store) -> None:
 
 def test_series_held_by_a_single_run_produce_nothing(store) -> None:
     only = _op_run(store, _processes(STEADY, 1), _commit(1))
-    assert figures(_runs(store, [only])) == []
+    assert figures(report_runs(store, [only])) == []
     # A second run that shares one series: only that one gets a history.
     other = _op_run(
         store, _processes(STEADY, 2), _commit(2), extra={"numpy": _processes(STEADY, 3)}
     )
-    _figure, series = _only(figures(_runs(store, [only, other])))
+    _figure, series = _only(figures(report_runs(store, [only, other])))
     assert series["labels"]["backend"] == "torch"
     # Runs no level draws (a calibration) are ignored.
     with store.run("calibration", "machine", environment=ENV) as rid:
         store.add_measurement(rid, "time", [1.0, 2.0], labels=LABELS)
     with store.run("calibration", "machine", environment=ENV) as rid2:
         store.add_measurement(rid2, "time", [1.0, 2.0], labels=LABELS)
-    assert figures(_runs(store, [only, rid, rid2])) == []
+    assert figures(report_runs(store, [only, rid, rid2])) == []
 
 
 @pytest.mark.parametrize(
@@ -208,7 +199,7 @@ def test_each_verdict_is_the_one_results_compare_gives(store, medians, seeds) ->
         _op_run(store, _processes(list(m), seed), _commit(i))
         for i, (m, seed) in enumerate(zip(medians, seeds, strict=True))
     ]
-    _figure, series = _only(figures(_runs(store, ids)))
+    _figure, series = _only(figures(report_runs(store, ids)))
     (step,) = series["steps"]
     (row,) = compare_runs(store, ids[0], ids[1]).comparisons
     assert (step["verdict"], step["change"], step["ratio"]) == (
@@ -229,7 +220,7 @@ def test_with_the_store_the_calibrated_noise_floor_decides_as_compare_does(store
               "floors": {"gemm": 0.4}, "processes": 10}  # fmt: skip
     with store.run("calibration", "machine", config=config):
         pass
-    runs = _runs(store, ids)
+    runs = report_runs(store, ids)
     # Without the store: d5's default floor of 5%, the 30% change is called...
     (without,) = history_series(runs)
     assert without.steps[0]["verdict"] == "worse"
@@ -250,7 +241,7 @@ def test_the_noise_floor_variable_is_honoured(store, monkeypatch) -> None:
         _op_run(store, _processes([1.3] * 5, 2), _commit(2)),
     ]
     monkeypatch.setenv("D5_NOISE_FLOOR", "0.5")
-    (series,) = history_series(_runs(store, ids))
+    (series,) = history_series(report_runs(store, ids))
     assert series.steps[0]["verdict"] == "same"
     assert series.steps[0]["noise_floor_source"] == "D5_NOISE_FLOOR"
 
@@ -268,7 +259,7 @@ def _train_run(store: ResultsStore, tta: float, commit: str) -> str:
 
 def test_training_results_are_scalar_series_with_untested_changes(store) -> None:
     ids = [_train_run(store, 10.0, _commit(1)), _train_run(store, 20.0, _commit(2))]
-    (figure,) = figures(_runs(store, ids))
+    (figure,) = figures(report_runs(store, ids))
     assert figure.key == "history-training"
     by_metric = {s["metric"]: s for s in figure.data["series"]}
     assert set(by_metric) == {"time_to_accuracy", "final_test_accuracy"}  # no curves
@@ -295,12 +286,12 @@ def test_the_number_of_panels_is_capped_and_the_caption_says_so(store) -> None:
         _op_run(store, _processes(STEADY, 2), _commit(2), extra=extra),
         _op_run(store, _processes(STEADY, 3), _commit(3)),
     ]
-    (figure,) = figures(_runs(store, ids), max_series=1)
+    (figure,) = figures(report_runs(store, ids), max_series=1)
     (series,) = figure.data["series"]
     assert series["labels"]["backend"] == "torch"  # held by three runs, numpy by two
     assert (figure.data["series_total"], figure.data["series_left_out"]) == (2, 1)
     assert "1 more benchmark with a history is not drawn" in figure.caption
-    (full,) = figures(_runs(store, ids))
+    (full,) = figures(report_runs(store, ids))
     assert [s["labels"]["backend"] for s in full.data["series"]] == ["torch", "numpy"]
     assert len([ax for ax in full.figure.axes if ax.get_visible()]) == 2
 
@@ -312,7 +303,7 @@ def test_derived_measurements_get_no_history_of_their_own(store) -> None:
             store.add_measurement(rid, "time", [1e-3, 1.1e-3, 0.9e-3], labels=LABELS)
             store.add_measurement(rid, "gflops", [10.0, 11.0, 9.0], labels=LABELS)
         ids.append(rid)
-    _figure, series = _only(figures(_runs(store, ids)))
+    _figure, series = _only(figures(report_runs(store, ids)))
     assert series["metric"] == "time" and "gflops" in SKIPPED_METRICS["op"]
 
 
@@ -323,7 +314,7 @@ def test_a_bad_panel_cap_is_a_usage_error(store) -> None:
 
 def test_only_the_newest_runs_of_a_series_are_drawn_and_judged(store) -> None:
     ids = [_op_run(store, _processes(STEADY, i, n=4), _commit(i)) for i in range(4)]
-    (figure,) = figures(_runs(store, ids), max_points=3)
+    (figure,) = figures(report_runs(store, ids), max_points=3)
     (series,) = figure.data["series"]
     assert series["run_ids"] == ids[1:] and series["runs_left_out"] == 1
     assert [(s["from_run"], s["to_run"]) for s in series["steps"]] == [
@@ -331,4 +322,4 @@ def test_only_the_newest_runs_of_a_series_are_drawn_and_judged(store) -> None:
     ]  # fmt: skip
     assert "1 older run is not drawn" in figure.caption
     with pytest.raises(UsageError, match="max_points"):
-        figures(_runs(store, ids), max_points=1)
+        figures(report_runs(store, ids), max_points=1)

@@ -19,6 +19,7 @@ from d5core.report.html import CONTENT_SECURITY_POLICY, render_html, sanitize_sv
 from d5core.report.model import ReportFigure, ReportRun
 from d5core.report.style import draw_distributions, new_figure
 from d5core.results.store import ResultsStore
+from d5core.testing.report_runs import report_runs
 
 SCRIPT = "<script>alert(1)</script>"
 QUOTES = "he said \"hi\" & 'bye'"
@@ -149,7 +150,7 @@ def store_runs(tmp_path: Path, specs: Sequence[dict[str, Any]]) -> list[ReportRu
                         labels={"dtype": "float32", "direction": "forward", **labels},
                     )
             ids.append(run_id)
-        return [ReportRun.from_stored(s) for s in store.read_runs(ids)]
+        return report_runs(store, ids)
 
 
 def document(

@@ -11,14 +11,19 @@ import json
 import statistics
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from d5core.report import networks
-from d5core.report.model import ReportFigure, ReportRun
+from d5core.report.model import ReportFigure
 from d5core.results.store import ResultsStore
-from d5core.runners.jobs import by_process, headline, stored_summary
+from d5core.testing.report_runs import (
+    nested_headline,
+    report_runs,
+    store_nested,
+    stored_measurement,
+    stored_metric,
+)
 
 #: Step times per process, in seconds, by executor.
 STEPS = {
@@ -42,23 +47,6 @@ NODES = {
 }
 
 
-def _store_nested(
-    store: ResultsStore,
-    run_id: str,
-    metric: str,
-    per_process: Sequence[Sequence[float]],
-    labels: dict[str, Any],
-    unit: str,
-) -> None:
-    samples = [v for values in per_process for v in values]
-    processes = [i for i, values in enumerate(per_process) for _ in values]
-    summary, nested = headline(by_process(samples, processes), 0.95)
-    store.add_measurement(
-        run_id, metric, samples, labels=labels, unit=unit,
-        summary=stored_summary(summary, nested), processes=processes,
-    )  # fmt: skip
-
-
 def store_net_run(
     store: ResultsStore,
     *,
@@ -78,9 +66,9 @@ def store_net_run(
     for executor, per_process in steps.items():
         labels = {"executor": executor, "mode": mode, "batch": batch}
         times = [[v * scale for v in values] for values in per_process]
-        _store_nested(store, run_id, "time", times, labels, "s")
+        store_nested(store, run_id, "time", times, labels=labels, unit="s")
         rates = [[batch / v for v in values] for values in times]
-        _store_nested(store, run_id, "throughput", rates, labels, "samples/s")
+        store_nested(store, run_id, "throughput", rates, labels=labels, unit="samples/s")
         node_sum = 0.0
         for node, op_type, direction, samples in (nodes or {}).get(executor, []):
             node_labels = {**labels, "node": node, "op_type": op_type, "direction": direction}
@@ -98,33 +86,13 @@ def store(tmp_path: Path) -> ResultsStore:
         yield opened
 
 
-def read(store: ResultsStore, ids: Sequence[str]) -> list[ReportRun]:
-    return [ReportRun.from_stored(s) for s in store.read_runs(list(ids))]
-
-
 def by_key(found: Sequence[ReportFigure], prefix: str) -> list[ReportFigure]:
     return [f for f in found if f.key.startswith(prefix)]
 
 
-def stored(store: ResultsStore, run_id: str, metric: str, **labels: Any) -> Any:
-    """The one stored measurement of ``metric`` with ``labels``, read straight from the store."""
-    found = [
-        m
-        for m in store.measurements(run_id)
-        if m.metric == metric and all(m.labels.get(k) == v for k, v in labels.items())
-    ]
-    assert len(found) == 1, (metric, labels, found)
-    return found[0]
-
-
-def headline_of(record: Any) -> tuple[float, float, float]:
-    nested = record.summary["nested"]
-    return nested["median"], nested["ci_low"], nested["ci_high"]
-
-
 def test_steps_figure_draws_the_stored_samples_medians_and_cis(store: ResultsStore) -> None:
     run_id = store_net_run(store)
-    found = networks.figures(read(store, [run_id]))
+    found = networks.figures(report_runs(store, [run_id]))
     (steps,) = by_key(found, "net-steps-")
     assert steps.section == "networks" and steps.runs == (run_id,)
     assert steps.notes == ()
@@ -134,17 +102,17 @@ def test_steps_figure_draws_the_stored_samples_medians_and_cis(store: ResultsSto
     assert [s["executor"] for s in data["series"]] == ["numpy", "torch"]
     for series in data["series"]:
         executor = series["executor"]
-        time = stored(store, run_id, "time", executor=executor)
+        time = stored_measurement(store, run_id, "time", executor=executor)
         assert series["time"]["samples"] == store.samples(time.id)
         assert series["time"]["samples"] == [v for p in STEPS[executor] for v in p]
-        median, low, high = headline_of(time)
+        median, low, high = nested_headline(time.summary)
         assert (series["time"]["median"], series["time"]["ci_low"], series["time"]["ci_high"]) == (
             median, low, high,
         )  # fmt: skip
         # three processes: the between-process interval, not the pooled samples' one
         assert median == statistics.median([statistics.median(p) for p in STEPS[executor]])
-        rate = stored(store, run_id, "throughput", executor=executor)
-        assert tuple(series["throughput"].values()) == headline_of(rate)
+        rate = stored_measurement(store, run_id, "throughput", executor=executor)
+        assert tuple(series["throughput"].values()) == nested_headline(rate.summary)
     numpy_rate = data["series"][0]["throughput"]["median"]
     torch_rate = data["series"][1]["throughput"]["median"]
     assert data["series"][0]["ratio"] == 1.0
@@ -160,7 +128,7 @@ def test_steps_figure_draws_the_stored_samples_medians_and_cis(store: ResultsSto
 
 def test_a_ratio_names_its_base_and_the_base_absolute_figure(store: ResultsStore) -> None:
     run_id = store_net_run(store)
-    (steps,) = by_key(networks.figures(read(store, [run_id])), "net-steps-")
+    (steps,) = by_key(networks.figures(report_runs(store, [run_id])), "net-steps-")
     base_rate = steps.data["bases"][0]["throughput"]
     named = f"numpy = 1.00 ({base_rate:,.0f} samples/s)"
     assert named in steps.caption
@@ -172,7 +140,7 @@ def test_a_ratio_names_its_base_and_the_base_absolute_figure(store: ResultsStore
 
 def test_the_base_is_the_first_executor_the_run_lists(store: ResultsStore) -> None:
     run_id = store_net_run(store, steps={"torch": STEPS["torch"], "numpy": STEPS["numpy"]})
-    (steps,) = by_key(networks.figures(read(store, [run_id])), "net-steps-")
+    (steps,) = by_key(networks.figures(report_runs(store, [run_id])), "net-steps-")
     assert [s["executor"] for s in steps.data["series"]] == ["torch", "numpy"]
     assert steps.data["bases"][0]["executor"] == "torch"
     assert "torch = 1.00" in steps.caption
@@ -180,7 +148,7 @@ def test_the_base_is_the_first_executor_the_run_lists(store: ResultsStore) -> No
 
 def test_breakdown_draws_the_stored_node_medians_against_the_step(store: ResultsStore) -> None:
     run_id = store_net_run(store, nodes=NODES)
-    found = networks.figures(read(store, [run_id]))
+    found = networks.figures(report_runs(store, [run_id]))
     (breakdown,) = by_key(found, "net-breakdown-")
     data = breakdown.data
     json.dumps(data)
@@ -190,19 +158,17 @@ def test_breakdown_draws_the_stored_node_medians_against_the_step(store: Results
         executor = series["executor"]
         assert len(series["nodes"]) == len(NODES[executor])
         for node in series["nodes"]:
-            record = stored(
+            record = stored_measurement(
                 store, run_id, "node_time", executor=executor, node=node["node"],
                 direction=node["direction"],
             )  # fmt: skip
             assert node["median"] == record.summary["median"]
             assert node["op_type"] == record.labels["op_type"]
-        metric = [
-            m for m in store.metrics(run_id)
-            if m.name == "node_time_sum" and m.labels["executor"] == executor
-        ]  # fmt: skip
-        assert series["node_sum"] == pytest.approx(metric[0].value)
+        metric = stored_metric(store, run_id, "node_time_sum", executor=executor)
+        assert series["node_sum"] == pytest.approx(metric.value)
         assert sum(series["segments"].values()) == pytest.approx(series["node_sum"])
-        step = headline_of(stored(store, run_id, "time", executor=executor))
+        time = stored_measurement(store, run_id, "time", executor=executor)
+        step = nested_headline(time.summary)
         assert tuple(series["step"].values()) == step
         shares = series["share_of_step"]
         assert sum(shares.values()) == pytest.approx(series["node_sum"] / step[0])
@@ -214,7 +180,7 @@ def test_breakdown_draws_the_stored_node_medians_against_the_step(store: Results
 def test_breakdown_groups_small_op_types_as_other(store: ResultsStore) -> None:
     many = [(f"n{i}", f"Op{i}", "forward", [0.001 * (i + 1)] * 3) for i in range(12)]
     run_id = store_net_run(store, steps={"numpy": STEPS["numpy"]}, nodes={"numpy": many})
-    (breakdown,) = by_key(networks.figures(read(store, [run_id])), "net-breakdown-")
+    (breakdown,) = by_key(networks.figures(report_runs(store, [run_id])), "net-breakdown-")
     segments = breakdown.data["segments"]
     assert len(segments) == networks.MAX_SEGMENTS and segments[-1] == "other"
     assert segments[0] == "Op11"  # the largest first
@@ -225,16 +191,16 @@ def test_breakdown_groups_small_op_types_as_other(store: ResultsStore) -> None:
 
 def test_no_breakdown_figure_without_node_times(store: ResultsStore) -> None:
     run_id = store_net_run(store)
-    found = networks.figures(read(store, [run_id]))
+    found = networks.figures(report_runs(store, [run_id]))
     assert by_key(found, "net-breakdown-") == []
 
 
 def test_throughput_against_batch_needs_two_batch_sizes(store: ResultsStore) -> None:
     first = store_net_run(store, batch=8)
-    assert by_key(networks.figures(read(store, [first])), "net-batch-scaling") == []
+    assert by_key(networks.figures(report_runs(store, [first])), "net-batch-scaling") == []
     second = store_net_run(store, batch=32, scale=2.0)
     again = store_net_run(store, batch=8, scale=0.5)  # newer, same batch: drawn instead
-    found = networks.figures(read(store, [first, second, again]))
+    found = networks.figures(report_runs(store, [first, second, again]))
     (scaling,) = by_key(found, "net-batch-scaling")
     (panel,) = scaling.data["panels"]
     assert (panel["model"], panel["mode"]) == ("lenet5", "inference")
@@ -242,17 +208,18 @@ def test_throughput_against_batch_needs_two_batch_sizes(store: ResultsStore) -> 
         assert [p["batch"] for p in points] == [8, 32]
         assert [p["run"] for p in points] == [again, second]
         for point in points:
-            record = stored(
+            record = stored_measurement(
                 store, point["run"], "throughput", executor=executor, batch=point["batch"]
             )
-            assert (point["median"], point["ci_low"], point["ci_high"]) == headline_of(record)
+            drawn = (point["median"], point["ci_low"], point["ci_high"])
+            assert drawn == nested_headline(record.summary)
     assert set(scaling.runs) == {second, again}
     assert "newest" in scaling.caption
 
 
 def test_several_runs_of_one_network_are_labelled_and_capped(store: ResultsStore) -> None:
     ids = [store_net_run(store, scale=1 + i / 10) for i in range(networks.MAX_RUNS_PER_PROBLEM + 1)]
-    (steps,) = by_key(networks.figures(read(store, ids)), "net-steps-")
+    (steps,) = by_key(networks.figures(report_runs(store, ids)), "net-steps-")
     drawn = ids[1:]
     assert list(steps.runs) == drawn
     assert steps.data["runs_left_out"] == [ids[0]]
@@ -261,7 +228,7 @@ def test_several_runs_of_one_network_are_labelled_and_capped(store: ResultsStore
     assert labels == [f"{e} ({r[:6]})" for r in drawn for e in ("numpy", "torch")]
     assert [b["run"] for b in steps.data["bases"]] == drawn
     for series in steps.data["series"]:
-        record = stored(store, series["run"], "time", executor=series["executor"])
+        record = stored_measurement(store, series["run"], "time", executor=series["executor"])
         assert series["time"]["samples"] == store.samples(record.id)
 
 
@@ -270,7 +237,7 @@ def test_the_number_of_figures_is_bounded(store: ResultsStore) -> None:
         store_net_run(store, batch=b, steps={"numpy": STEPS["numpy"]})
         for b in range(1, networks.MAX_PROBLEMS + 4)
     ]
-    found = networks.figures(read(store, ids))
+    found = networks.figures(report_runs(store, ids))
     steps = by_key(found, "net-steps-")
     assert len(steps) == networks.MAX_PROBLEMS
     assert sorted(f.data["batch"] for f in steps) == list(range(4, networks.MAX_PROBLEMS + 4))
@@ -282,14 +249,14 @@ def test_the_number_of_figures_is_bounded(store: ResultsStore) -> None:
 def test_runs_of_two_machines_are_noted(store: ResultsStore) -> None:
     a = store_net_run(store, host="host-a")
     b = store_net_run(store, host="host-b")
-    (steps,) = by_key(networks.figures(read(store, [a, b])), "net-steps-")
+    (steps,) = by_key(networks.figures(report_runs(store, [a, b])), "net-steps-")
     assert len(steps.notes) == 1 and "2 different machines" in steps.notes[0]
 
 
 def test_keys_are_unique_for_names_that_slug_alike(store: ResultsStore) -> None:
     a = store_net_run(store, model="nets/a.onnx")
     b = store_net_run(store, model="nets_a.onnx")
-    found = networks.figures(read(store, [a, b]))
+    found = networks.figures(report_runs(store, [a, b]))
     keys = [f.key for f in found]
     assert len(keys) == len(set(keys)) == 2
     assert {f.data["model"] for f in found} == {"nets/a.onnx", "nets_a.onnx"}
@@ -299,7 +266,7 @@ def test_other_kinds_of_run_are_ignored(store: ResultsStore) -> None:
     run_id = store.begin_run("op", "bench gemm", environment={"hostname": "h"})
     store.add_measurement(run_id, "time", [0.1, 0.2, 0.3], labels={"backend": "numpy"})
     store.finish_run(run_id)
-    assert networks.figures(read(store, [run_id])) == []
+    assert networks.figures(report_runs(store, [run_id])) == []
     assert networks.figures([]) == []
 
 
@@ -307,7 +274,7 @@ def test_wide_spreads_get_a_log_axis_and_cut_intervals_are_said(store: ResultsSt
     # two processes far apart: the between-process interval spans many decades
     steps = {"numpy": [[0.001, 0.0011, 0.0012], [0.2, 0.21, 0.22]], "torch": STEPS["torch"]}
     run_id = store_net_run(store, steps=steps)
-    (steps_figure,) = by_key(networks.figures(read(store, [run_id])), "net-steps-")
+    (steps_figure,) = by_key(networks.figures(report_runs(store, [run_id])), "net-steps-")
     time_ax = steps_figure.figure.axes[0]
     assert time_ax.get_yscale() == "log"
     assert "logarithmic" in steps_figure.caption
@@ -320,7 +287,7 @@ def test_wide_spreads_get_a_log_axis_and_cut_intervals_are_said(store: ResultsSt
 
 def test_close_spreads_keep_a_linear_axis(store: ResultsStore) -> None:
     run_id = store_net_run(store)
-    (steps_figure,) = by_key(networks.figures(read(store, [run_id])), "net-steps-")
+    (steps_figure,) = by_key(networks.figures(report_runs(store, [run_id])), "net-steps-")
     assert steps_figure.figure.axes[0].get_yscale() == "linear"
     assert steps_figure.data["time_unit"] == "ms" and steps_figure.data["time_scale"] == 1e3
     assert "logarithmic" not in steps_figure.caption

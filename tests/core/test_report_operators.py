@@ -13,14 +13,13 @@ import math
 import statistics
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from d5core.report import operators
 from d5core.report.model import ReportFigure, ReportRun
 from d5core.results.store import ResultsStore
-from d5core.runners.jobs import by_process, headline, stored_summary
+from d5core.testing.report_runs import nested_headline, report_runs, store_nested
 
 #: Problem label -> (FLOPs, compulsory bytes) of the forward pass.
 PROBLEMS = {
@@ -41,23 +40,6 @@ TIMES = {
         "gemm m=512 n=512 k=512": [[1.5e-3, 1.6e-3, 1.4e-3], [1.5e-3, 1.7e-3], [1.6e-3, 1.5e-3]],
     },
 }
-
-
-def _store_nested(
-    store: ResultsStore,
-    run_id: str,
-    metric: str,
-    per_process: Sequence[Sequence[float]],
-    labels: dict[str, Any],
-    unit: str,
-) -> None:
-    samples = [v for values in per_process for v in values]
-    processes = [i for i, values in enumerate(per_process) for _ in values]
-    summary, nested = headline(by_process(samples, processes), 0.95)
-    store.add_measurement(
-        run_id, metric, samples, labels=labels, unit=unit,
-        summary=stored_summary(summary, nested), processes=processes,
-    )  # fmt: skip
 
 
 def store_op_run(
@@ -96,19 +78,15 @@ def store_op_run(
         for problem, per_process in by_problem.items():
             labels = {"backend": backend, "problem": problem, "direction": direction}
             labels["dtype"] = dtype
-            _store_nested(store, run_id, "time", per_process, labels, "s")
+            store_nested(store, run_id, "time", per_process, labels=labels, unit="s")
             flops = problems[problem][0]
             if flops:
                 rates = [[flops / t / 1e9 for t in values] for values in per_process]
-                _store_nested(store, run_id, "gflops", rates, labels, "GFLOP/s")
+                store_nested(store, run_id, "gflops", rates, labels=labels, unit="GFLOP/s")
     for name, value in (extra_metrics or {}).items():
         store.add_metric(run_id, name, value)
     store.finish_run(run_id)
     return run_id
-
-
-def report_runs(store: ResultsStore, ids: Sequence[str]) -> list[ReportRun]:
-    return [ReportRun.from_stored(s) for s in store.read_runs(list(ids))]
 
 
 @pytest.fixture
@@ -144,12 +122,8 @@ def test_the_samples_figure_draws_every_stored_sample_and_the_stored_median_ci(s
             assert group["samples"] == list(m.samples)
             flat = [v for vs in TIMES[group["backend"]][panel["problem"]] for v in vs]
             assert group["samples"] == flat
-            nested = m.summary["nested"]
-            assert (group["median"], group["ci_low"], group["ci_high"]) == (
-                nested["median"],
-                nested["ci_low"],
-                nested["ci_high"],
-            )
+            headline = (group["median"], group["ci_low"], group["ci_high"])
+            assert headline == nested_headline(m.summary)
     # a readable unit per panel: microseconds for the small GEMM, milliseconds for 512
     units = {p["problem"]: (p["unit"], p["scale"]) for p in data["problems"]}
     assert units["gemm m=64 n=64 k=64"] == ("µs", 1e6)
@@ -200,12 +174,8 @@ def test_the_roofline_plots_stored_rates_at_stored_intensity_under_stored_roofs(
         flops, nbytes = PROBLEMS[point["problem"]]
         assert (point["flops"], point["bytes"]) == (flops, nbytes)
         assert point["intensity"] == flops / nbytes
-        nested = stored(run, "gflops", point["backend"], point["problem"]).summary["nested"]
-        assert (point["gflops"], point["ci_low"], point["ci_high"]) == (
-            nested["median"],
-            nested["ci_low"],
-            nested["ci_high"],
-        )
+        m = stored(run, "gflops", point["backend"], point["problem"])
+        assert (point["gflops"], point["ci_low"], point["ci_high"]) == nested_headline(m.summary)
     (roof,) = data["roofs"]
     assert roof["peak_gflops"] == 500.0
     assert roof["peak_bandwidth"] == 40.0
@@ -263,9 +233,9 @@ def test_the_dispatch_curve_joins_each_backend_in_size_order(store):
         assert sizes == sorted(PROBLEMS[p][0] for p in PROBLEMS)
         for point in line["points"]:
             assert point["size"] == PROBLEMS[point["problem"]][0]
-            nested = stored(run, "time", line["backend"], point["problem"]).summary["nested"]
-            assert point["median"] == nested["median"]
-            assert (point["ci_low"], point["ci_high"]) == (nested["ci_low"], nested["ci_high"])
+            m = stored(run, "time", line["backend"], point["problem"])
+            headline = (point["median"], point["ci_low"], point["ci_high"])
+            assert headline == nested_headline(m.summary)
     ax = figure.figure.axes[0]
     assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
     drawn = [line for line in ax.lines if line.get_marker() == "o"]

@@ -18,6 +18,7 @@ from d5core.report import training
 from d5core.report.model import ReportRun
 from d5core.results.store import ResultsStore
 from d5core.results.training_table import training_table
+from d5core.testing.report_runs import report_runs, stored_measurement
 
 FIXED = {
     "model": "mlp",
@@ -93,12 +94,11 @@ class Runs:
 
     def read(self) -> list[ReportRun]:
         with ResultsStore.open(self.path) as store:
-            return [ReportRun.from_stored(s) for s in store.read_runs(self.ids)]
+            return report_runs(store, self.ids)
 
     def stored(self, run_id: str, metric: str) -> list[float]:
         with ResultsStore.open(self.path) as store:
-            (m,) = [m for m in store.measurements(run_id) if m.metric == metric]
-            return store.samples(m.id)
+            return store.samples(stored_measurement(store, run_id, metric).id)
 
     def table(self, by: str = "executor") -> list[dict[str, Any]]:
         with ResultsStore.open(self.path) as store:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
@@ -47,6 +48,55 @@ def run_d5() -> Callable[..., subprocess.CompletedProcess[str]]:
         d5 = Path(sys.executable).with_name("d5")
         return subprocess.run(
             [str(d5), *args], capture_output=True, text=True, env=environ, timeout=120
+        )
+
+    return run
+
+
+def _mpi_missing() -> str | None:
+    """Why nothing can run on several ranks here (no mpiexec beside this Python or on the
+    PATH, or the MPI plugin or mpi4py not importable), or ``None``."""
+    here = Path(sys.executable).with_name("mpiexec")
+    if not here.is_file() and shutil.which("mpiexec") is None:
+        return "mpiexec is not installed (pip install mpich, or a system MPI)"
+    try:
+        import d5_plugin_mpi.comm  # noqa: F401
+        import mpi4py  # noqa: F401
+    except ImportError as exc:
+        return f"the MPI plugin cannot be imported ({exc})"
+    return None
+
+
+def _launch_environment() -> dict[str, str]:
+    """This process's environment less what would confuse a new job: an enclosing
+    launcher's ``PMI_*`` variables and the fault injections of ``D5_TEST_*``."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "D5_TEST_"))}
+
+
+@pytest.fixture
+def mpi_env() -> dict[str, str]:
+    """The environment to start a ``d5`` command that launches ranks with; skips the test,
+    saying why, where mpiexec, the MPI plugin or mpi4py is missing. A module whose every test
+    needs MPI marks them all with ``pytestmark = pytest.mark.usefixtures("mpi_env")``."""
+    why = _mpi_missing()
+    if why is not None:
+        pytest.skip(why)
+    return _launch_environment()
+
+
+@pytest.fixture
+def d5_ranks(mpi_env: dict[str, str]) -> Callable[..., subprocess.CompletedProcess[str]]:
+    """Run the installed ``d5`` command in a subprocess that may launch ranks (the test
+    is skipped where it cannot, as with :func:`mpi_env`): the environment is taken as
+    :func:`mpi_env` takes it, at the call (after any change the test made), plus ``env``."""
+    d5 = Path(sys.executable).with_name("d5")
+
+    def run(
+        *args: str, env: dict[str, str] | None = None, timeout: float = 120
+    ) -> subprocess.CompletedProcess[str]:
+        environ = {**_launch_environment(), **(env or {})}
+        return subprocess.run(
+            [str(d5), *args], capture_output=True, text=True, env=environ, timeout=timeout
         )
 
     return run

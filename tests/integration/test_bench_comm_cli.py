@@ -4,11 +4,6 @@ d5's and mpi4py's own samples; bad input exits 2 before any rank starts."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 from json_schema_doc import check
@@ -17,34 +12,13 @@ from d5core.report import distributed
 from d5core.report.model import ReportRun
 from d5core.results.store import ResultsStore
 
-D5 = Path(sys.executable).with_name("d5")
+pytestmark = pytest.mark.usefixtures("mpi_env")
 
 
-def _mpi_ready() -> str | None:
-    """Why ``d5 bench comm`` cannot run here, or ``None``."""
-    here = Path(sys.executable).with_name("mpiexec")
-    if not here.is_file() and shutil.which("mpiexec") is None:
-        return "mpiexec is not installed (pip install mpich, or a system MPI)"
-    try:
-        import d5_plugin_mpi.comm  # noqa: F401
-    except ImportError as exc:
-        return f"the MPI plugin cannot be imported ({exc})"
-    return None
-
-
-pytestmark = pytest.mark.skipif(_mpi_ready() is not None, reason=str(_mpi_ready()))
-
-
-def _d5(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    environ = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "D5_TEST_"))}
-    return subprocess.run([str(D5), *args], capture_output=True, text=True, env=environ,
-                          timeout=timeout)  # fmt: skip
-
-
-def test_bench_comm_stores_one_run_with_d5_and_raw_measurements(tmp_path):
+def test_bench_comm_stores_one_run_with_d5_and_raw_measurements(tmp_path, d5_ranks):
     db = tmp_path / "r.sqlite"
-    proc = _d5("bench", "comm", "--ranks", "2", "--max-bytes", "65536", "--samples", "10",
-               "--link-peak", "20", "--tag", "sweep", "--db", str(db), "--json")  # fmt: skip
+    proc = d5_ranks("bench", "comm", "--ranks", "2", "--max-bytes", "65536", "--samples", "10",
+                    "--link-peak", "20", "--tag", "sweep", "--db", str(db), "--json")  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     assert doc["schema"] == "d5.bench.comm/1"
@@ -84,10 +58,10 @@ def test_bench_comm_stores_one_run_with_d5_and_raw_measurements(tmp_path):
     assert fig.data["panels"][0]["series"]["d5"]["algbw"][-1] == pytest.approx(algbw.value)
 
 
-def test_bench_comm_table_and_broadcast(tmp_path):
+def test_bench_comm_table_and_broadcast(tmp_path, d5_ranks):
     db = tmp_path / "r.sqlite"
-    proc = _d5("bench", "comm", "--ranks", "2", "--collective", "broadcast", "--min-bytes",
-               "4096", "--max-bytes", "8192", "--samples", "5", "--db", str(db))  # fmt: skip
+    proc = d5_ranks("bench", "comm", "--ranks", "2", "--collective", "broadcast", "--min-bytes",
+                    "4096", "--max-bytes", "8192", "--samples", "5", "--db", str(db))  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert "d5 bench comm broadcast (mpi)" in proc.stdout
     assert "4 KiB" in proc.stdout and "8 KiB" in proc.stdout
@@ -109,9 +83,9 @@ def test_bench_comm_table_and_broadcast(tmp_path):
         (["--communicator", "carrier-pigeon"], "'carrier-pigeon' is not installed"),
     ],
 )
-def test_bad_input_is_one_line_and_exit_2_before_launching(tmp_path, args, words):
+def test_bad_input_is_one_line_and_exit_2_before_launching(tmp_path, args, words, d5_ranks):
     db = tmp_path / "r.sqlite"
-    proc = _d5("bench", "comm", *args, "--db", str(db), timeout=60)
+    proc = d5_ranks("bench", "comm", *args, "--db", str(db), timeout=60)
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and words in lines[0], proc.stderr

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -27,21 +26,6 @@ RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "digits-mlp.toml"
 D5 = Path(sys.executable).with_name("d5")
 #: How long the job may take to disappear after its parent was signalled.
 DEADLINE_S = 5.0
-
-
-def _mpi_ready() -> str | None:
-    here = Path(sys.executable).with_name("mpiexec")
-    if not here.is_file() and shutil.which("mpiexec") is None:
-        return "mpiexec is not installed (pip install mpich, or a system MPI)"
-    try:
-        import d5_plugin_mpi.comm  # noqa: F401
-    except ImportError as exc:
-        return f"the MPI plugin cannot be imported ({exc})"
-    return None
-
-
-def _env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "D5_TEST_"))}
 
 
 def _alive(proc: psutil.Process) -> bool:
@@ -74,14 +58,13 @@ def _gone_within(procs: list[psutil.Process], seconds: float) -> list[psutil.Pro
     return left
 
 
-@pytest.mark.skipif(_mpi_ready() is not None, reason=str(_mpi_ready()))
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT],
                          ids=lambda s: signal.Signals(s).name)  # fmt: skip
-def test_the_ranks_end_within_5_s_of_a_signal_to_their_parent(tmp_path, sig):
+def test_the_ranks_end_within_5_s_of_a_signal_to_their_parent(tmp_path, sig, mpi_env):
     db = tmp_path / "runs.sqlite"
     cmd = [str(D5), "run", str(RECIPE), "--ranks", "2", "--set", "lr=1e-9", "--db", str(db)]
     parent = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                              env=_env())  # fmt: skip
+                              env=mpi_env)  # fmt: skip
     job: list[psutil.Process] = []
     try:
         job = _job(parent, 2)

@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -15,35 +11,9 @@ from d5core.cli.output import read_json
 from d5core.results.store import ResultsStore
 
 RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "digits-mlp.toml"
-D5 = Path(sys.executable).with_name("d5")
 
 
-def _mpiexec() -> str | None:
-    here = Path(sys.executable).with_name("mpiexec")
-    return str(here) if here.is_file() else shutil.which("mpiexec")
-
-
-def _mpi_ready() -> str | None:
-    """Why distributed runs cannot be tested here, or ``None``."""
-    if _mpiexec() is None:
-        return "mpiexec is not installed (pip install mpich, or a system MPI)"
-    try:
-        import d5_plugin_mpi.comm  # noqa: F401
-        import mpi4py  # noqa: F401
-    except ImportError as exc:
-        return f"the MPI plugin cannot be imported ({exc})"
-    return None
-
-
-pytestmark = pytest.mark.skipif(_mpi_ready() is not None, reason=str(_mpi_ready()))
-
-
-def _d5(*args: str, env: dict[str, str] | None = None, timeout: float = 90):
-    environ = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "D5_TEST_"))}
-    return subprocess.run(
-        [str(D5), *args], capture_output=True, text=True, env={**environ, **(env or {})},
-        timeout=timeout,
-    )  # fmt: skip
+pytestmark = pytest.mark.usefixtures("mpi_env")
 
 
 def _rank_metrics(store: ResultsStore, run_id: str) -> dict[int, dict[str, float]]:
@@ -55,9 +25,9 @@ def _rank_metrics(store: ResultsStore, run_id: str) -> dict[int, dict[str, float
 
 
 @pytest.mark.parametrize("ranks", [2, 4])
-def test_digits_on_several_ranks_passes_and_stores_per_rank_metrics(tmp_path, ranks):
+def test_digits_on_several_ranks_passes_and_stores_per_rank_metrics(tmp_path, ranks, d5_ranks):
     db = tmp_path / "r.sqlite"
-    proc = _d5("run", str(RECIPE), "--ranks", str(ranks), "--db", str(db), "--json")
+    proc = d5_ranks("run", str(RECIPE), "--ranks", str(ranks), "--db", str(db), "--json")
     assert proc.returncode == 0, proc.stderr
     data = read_json(proc.stdout, "run")
     assert data["passed"] is True and data["summary"]["runs"] == 1
@@ -78,12 +48,12 @@ def test_digits_on_several_ranks_passes_and_stores_per_rank_metrics(tmp_path, ra
             assert values["rank_comm_time"] >= 0
 
 
-def test_a_killed_rank_ends_the_job_and_marks_the_run_failed(tmp_path):
+def test_a_killed_rank_ends_the_job_and_marks_the_run_failed(tmp_path, d5_ranks):
     db = tmp_path / "r.sqlite"
     env = {"D5_TEST_KILL_RANK": "1", "D5_TEST_KILL_AFTER_STEPS": "5"}
     t0 = time.monotonic()
-    proc = _d5("run", str(RECIPE), "--ranks", "2", "--rank-timeout", "10", "--db", str(db),
-               env=env, timeout=60)  # fmt: skip
+    proc = d5_ranks("run", str(RECIPE), "--ranks", "2", "--rank-timeout", "10", "--db", str(db),
+                    env=env, timeout=60)  # fmt: skip
     wall = time.monotonic() - t0
     assert wall < 40, f"the job took {wall:.1f} s to end"
     assert proc.returncode == 1, proc.stderr
@@ -95,15 +65,17 @@ def test_a_killed_rank_ends_the_job_and_marks_the_run_failed(tmp_path):
 
 
 @pytest.mark.parametrize("ranks", ["0", "-2"])
-def test_a_bad_rank_count_exits_2(tmp_path, ranks):
-    proc = _d5("run", str(RECIPE), "--ranks", ranks, "--db", str(tmp_path / "r.sqlite"))
+def test_a_bad_rank_count_exits_2(tmp_path, ranks, d5_ranks):
+    proc = d5_ranks("run", str(RECIPE), "--ranks", ranks, "--db", str(tmp_path / "r.sqlite"))
     assert proc.returncode == 2
     assert not (tmp_path / "r.sqlite").exists()
 
 
-def test_an_unknown_scheme_exits_2_with_one_line(tmp_path):
+def test_an_unknown_scheme_exits_2_with_one_line(tmp_path, d5_ranks):
     db = tmp_path / "r.sqlite"
-    proc = _d5("run", str(RECIPE), "--ranks", "2", "--scheme", "carrier-pigeon", "--db", str(db))
+    proc = d5_ranks(
+        "run", str(RECIPE), "--ranks", "2", "--scheme", "carrier-pigeon", "--db", str(db)
+    )
     assert proc.returncode == 2
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "carrier-pigeon" in lines[0] and "allreduce" in lines[0]

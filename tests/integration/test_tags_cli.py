@@ -6,10 +6,6 @@ executor with its counts."""
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -110,27 +106,9 @@ def test_run_tags_every_repeat(db, recipe, d5_cli):
         }
 
 
-def _mpi_missing() -> str | None:
-    here = Path(sys.executable).with_name("mpiexec")
-    if not here.is_file() and shutil.which("mpiexec") is None:
-        return "mpiexec is not installed (pip install mpich, or a system MPI)"
-    try:
-        import d5_plugin_mpi.comm  # noqa: F401
-        import mpi4py  # noqa: F401
-    except ImportError as exc:
-        return f"the MPI plugin cannot be imported ({exc})"
-    return None
-
-
-@pytest.mark.skipif(_mpi_missing() is not None, reason=str(_mpi_missing()))
-def test_run_on_two_ranks_tags_the_one_run(tmp_path, recipe):
+def test_run_on_two_ranks_tags_the_one_run(tmp_path, recipe, d5_ranks):
     db = tmp_path / "ranks.sqlite"
-    environ = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "D5_TEST_"))}
-    d5 = Path(sys.executable).with_name("d5")
-    proc = subprocess.run(
-        [str(d5), "run", str(recipe), "--ranks", "2", "--db", str(db), "--tag", "dp", "--json"],
-        capture_output=True, text=True, env=environ, timeout=120,
-    )  # fmt: skip
+    proc = d5_ranks("run", str(recipe), "--ranks", "2", "--db", str(db), "--tag", "dp", "--json")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     with ResultsStore.open(db) as store:
         (run,) = store.list_runs()
