@@ -18,9 +18,13 @@ quantity's own direction (grey when the quantity has none), with the ratio besid
 Runs of two different machines are never compared: a dashed line marks where the
 machine changes, and no verdict is drawn across it.
 
-Scalar results are one value per run: they are drawn without an interval, and their
-changes are ``d5 results compare``'s untested ones (a relative difference above the
-smallest effect; hollow markers), since one value per run allows no significance test.
+Scalar results (time to accuracy, final accuracy) have one value per run. The repeats
+of one recipe and setting at one commit on one machine (``d5 run --repeat``) are one
+point: their median, with a bar over their range. Between two points of at least five
+repeats each, a change is called by the Mann-Whitney test of ``d5 results compare`` on
+the repeats' values; with fewer it is ``d5 results compare``'s untested rule on the
+medians (a relative difference above the smallest effect; hollow markers). A distributed
+run (its ranks and scheme) is a series of its own.
 
 Without a results store (the report's hook gives none), the noise floor is
 ``min_effect``, else ``$D5_NOISE_FLOOR``, else d5's default; with ``store`` it is the one
@@ -29,6 +33,7 @@ Without a results store (the report's hook gives none), the noise floor is
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -105,6 +110,10 @@ class HistoryPoint:
     #: The pooled samples by process (measured series) or the scalar's record.
     samples: MeasurementSamples | None = None
     metric: MetricRecord | None = None
+    #: For a scalar result: the value of every repeat this point stands for (the runs
+    #: of one recipe and setting at one commit on one machine), in :attr:`runs`.
+    values: list[float] = field(default_factory=list)
+    runs: list[ReportRun] = field(default_factory=list)
 
 
 @dataclass
@@ -248,9 +257,23 @@ def _measured(run: ReportRun, section: str, found: dict[_SeriesKey, HistorySerie
         )
 
 
+def _setting(run: ReportRun) -> str:
+    """A training run's setting in a line: its MUTABLE values (``--set`` applied) and,
+    for a distributed run, its ranks and scheme."""
+    values = {**(run.config.get("mutable") or {}), **(run.config.get("overrides") or {})}
+    shown = [f"{k}={_shown(v)}" for k, v in values.items()]
+    distributed = run.config.get("distributed")
+    if isinstance(distributed, Mapping):
+        shown += [f"ranks={distributed.get('ranks')}", f"scheme={distributed.get('scheme')}"]
+    return ", ".join(shown)
+
+
 def _scalars(run: ReportRun, section: str, found: dict[_SeriesKey, HistorySeries]) -> None:
-    """Add ``run``'s scalar results to their series (recipe name and settings apart)."""
-    settings = json.dumps(run.config.get("settings"), sort_keys=True, default=str)
+    """Add ``run``'s scalar results to their series (recipe name, settings and, for a
+    distributed run, its ranks and scheme apart)."""
+    settings = json.dumps(
+        [run.config.get("settings"), run.config.get("distributed")], sort_keys=True, default=str
+    )
     # A name stored twice under the same labels: the last counts, as in 'd5 results compare'.
     latest = {
         (record.name, json.dumps(record.labels, sort_keys=True)): record
@@ -264,16 +287,45 @@ def _scalars(run: ReportRun, section: str, found: dict[_SeriesKey, HistorySeries
         series = found.get(key)
         if series is None:
             labels = dict(record.labels)
-            if run.config.get("settings"):
-                labels["settings"] = run.config.get("settings")
+            setting = _setting(run)
+            if setting:
+                labels["setting"] = setting
             series = found[key] = HistorySeries(
                 section, run.kind, run.name, record.name, labels, record.unit, record.better,
                 scalar=True,
             )  # fmt: skip
         v = record.value
         series.points.append(
-            HistoryPoint(run, _timestamp(run.created), run.machine, v, v, v, metric=record)
-        )
+            HistoryPoint(
+                run, _timestamp(run.created), run.machine, v, v, v, metric=record,
+                values=[v], runs=[run],
+            )
+        )  # fmt: skip
+
+
+def _repeats_together(series: HistorySeries) -> None:
+    """Make one point of consecutive repeats of a scalar series: runs at the same commit
+    on the same machine are repeats of one experiment (``d5 run --repeat``), not a
+    history. The point is drawn at the last repeat, its median the repeats' median, its
+    bar their range (lowest to highest)."""
+    import statistics
+
+    merged: list[HistoryPoint] = []
+    for point in series.points:
+        last = merged[-1] if merged else None
+        if (
+            last is not None
+            and last.run.commit == point.run.commit
+            and _machine_key(last.run) == _machine_key(point.run)
+        ):
+            last.values += point.values
+            last.runs += point.runs
+            last.run, last.x, last.metric = point.run, point.x, point.metric
+            last.median = float(statistics.median(last.values))
+            last.low, last.high = min(last.values), max(last.values)
+        else:
+            merged.append(point)
+    series.points = merged
 
 
 class _Floors:
@@ -318,9 +370,15 @@ def _judge(
     from d5core.results.comparison import compare_measurements, compare_metric_values
 
     step: dict[str, Any] = {"from_run": a.run.id, "to_run": b.run.id, "machine_changed": False}
+    if series.scalar and min(len(a.values), len(b.values)) >= _MIN_REPEATS_TESTED:
+        return _judge_repeats(series, a, b, alpha, floors.scalar, step)
     if series.scalar:
         assert a.metric is not None and b.metric is not None
-        row = compare_metric_values(a.metric, b.metric, floors.scalar)
+        row = compare_metric_values(
+            dataclasses.replace(a.metric, value=a.median),
+            dataclasses.replace(b.metric, value=b.median),
+            floors.scalar,
+        )
         step.update(
             verdict=row["verdict"], change=row["change"], ratio=row["ratio"], tested=False,
             noise_floor=floors.scalar, noise_floor_source=floors.scalar_source,
@@ -337,6 +395,42 @@ def _judge(
         verdict=row["verdict"], change=row["change"], ratio=row["ratio"],
         ratio_ci_low=row["ratio_ci_low"], ratio_ci_high=row["ratio_ci_high"],
         p_value=row["p_value"], method=row["method"], reason=row["reason"],
+    )  # fmt: skip
+    return step
+
+
+#: Repeats needed on both sides before two points of a scalar series are told apart by a
+#: test (Mann-Whitney on the repeats' values): with four a side, even two sets that do not
+#: overlap give p = 0.029, which never reaches d5's alpha of 0.01. With fewer the change
+#: is judged untested, on the medians.
+_MIN_REPEATS_TESTED = 5
+
+
+def _judge_repeats(
+    series: HistorySeries,
+    a: HistoryPoint,
+    b: HistoryPoint,
+    alpha: float,
+    floor: float,
+    step: dict[str, Any],
+) -> dict[str, Any]:
+    """A step between two points of repeats: the two-sided Mann-Whitney test of
+    ``d5 results compare`` (``d5core.measure.compare``) on the repeats' values, a change
+    called only above the noise floor."""
+    from d5core.measure.compare import compare, judge
+
+    lower = None if series.better is None else series.better == "lower"
+    if a.median == 0:
+        step.update(verdict=None, change=None, ratio=None, tested=True,
+                    error="the earlier median is 0: no ratio to it")  # fmt: skip
+        return step
+    result = compare(a.values, b.values, alpha=alpha, lower_is_better=lower, min_effect=floor)
+    verdict = judge(result.change, lower)
+    step.update(
+        verdict=verdict, change=result.change, ratio=result.ratio,
+        ratio_ci_low=result.ratio_ci_low, ratio_ci_high=result.ratio_ci_high,
+        p_value=result.p_value, method="mann-whitney over repeats", tested=True,
+        noise_floor=floor, repeats=[len(a.values), len(b.values)],
     )  # fmt: skip
     return step
 
@@ -380,6 +474,9 @@ def _collect(runs: Sequence[ReportRun]) -> list[HistorySeries]:
             _scalars(run, section, found)
         else:
             _measured(run, section, found)
+    for series in found.values():
+        if series.scalar:
+            _repeats_together(series)
     return [s for s in found.values() if len(s.points) >= 2]
 
 
@@ -542,8 +639,10 @@ def _figure(section: str, series: Sequence[HistorySeries], total: int) -> Report
     )
     if any(s.scalar for s in series):
         caption += (
-            " Scalar results (one value per run) have no interval; their changes "
-            "(hollow triangles) are untested: a difference above the smallest effect."
+            " Scalar results: the repeats at one commit are one point (their median, the "
+            "bar their range); a change between points of at least 5 repeats each is "
+            "tested (Mann-Whitney over the repeats), with fewer it is untested (hollow "
+            "triangles: a difference above the smallest effect)."
         )
     older = sum(s.left_out for s in series)
     if older:

@@ -246,9 +246,13 @@ def test_the_noise_floor_variable_is_honoured(store, monkeypatch) -> None:
     assert series.steps[0]["noise_floor_source"] == "D5_NOISE_FLOOR"
 
 
-def _train_run(store: ResultsStore, tta: float, commit: str) -> str:
+def _train_run(
+    store: ResultsStore, tta: float, commit: str, distributed: dict | None = None
+) -> str:
     env = {**ENV, "git": {"commit": commit}}
-    config = {"settings": {"batch": 32}}
+    config: dict = {"settings": {"batch": 32}, "mutable": {"executor": "numpy", "batch_size": 32}}
+    if distributed:
+        config["distributed"] = distributed
     with store.run("train", "mnist-mlp", environment=env, config=config) as rid:
         store.add_measurement(rid, "loss", [2.0, 1.0, 0.5], unit="loss")
         store.add_metric(rid, "time_to_accuracy", tta, unit="s")
@@ -265,7 +269,7 @@ def test_training_results_are_scalar_series_with_untested_changes(store) -> None
     assert set(by_metric) == {"time_to_accuracy", "final_test_accuracy"}  # no curves
     tta = by_metric["time_to_accuracy"]
     assert tta["medians"] == tta["ci_low"] == tta["ci_high"] == [10.0, 20.0]
-    assert tta["labels"] == {"settings": {"batch": 32}}
+    assert tta["labels"] == {"setting": "executor=numpy, batch_size=32"}
     (change,) = tta["changes"]
     rows = {r["name"]: r for r in compare_runs(store, ids[0], ids[1]).metrics}
     assert change["verdict"] == rows["time_to_accuracy"]["verdict"] == "worse"
@@ -277,6 +281,46 @@ def test_training_results_are_scalar_series_with_untested_changes(store) -> None
         if line.get_marker() == "^"
     ]  # fmt: skip
     assert len(hollow) == 1 and hollow[0].get_markerfacecolor() == "none"
+
+
+def test_repeats_at_one_commit_are_one_point_and_commits_are_told_apart_by_a_test(
+    store,
+) -> None:
+    first = [_train_run(store, v, _commit(1)) for v in (10.0, 10.5, 9.8, 10.2, 10.1)]
+    second = [_train_run(store, v, _commit(2)) for v in (20.0, 19.5, 20.4, 20.1, 20.2)]
+    (figure,) = figures(report_runs(store, first + second))
+    tta = {s["metric"]: s for s in figure.data["series"]}["time_to_accuracy"]
+    assert tta["medians"] == [10.1, 20.1]  # the repeats' medians
+    assert (tta["ci_low"], tta["ci_high"]) == ([9.8, 19.5], [10.5, 20.4])  # their range
+    assert tta["run_ids"] == [first[-1], second[-1]]
+    (step,) = tta["steps"]
+    assert step["tested"] is True and step["verdict"] == "worse"
+    assert step["repeats"] == [5, 5] and step["p_value"] < 0.01
+    few = [_train_run(store, v, _commit(3)) for v in (20.0, 30.0)]  # two repeats: untested
+    (figure,) = figures(report_runs(store, second + few))
+    tta = {s["metric"]: s for s in figure.data["series"]}["time_to_accuracy"]
+    assert tta["steps"][0]["tested"] is False and tta["steps"][0]["ratio"] == 25.0 / 20.1
+
+
+def test_repeats_alone_make_no_history_and_distributed_runs_are_their_own_series(
+    store,
+) -> None:
+    repeats = [_train_run(store, v, _commit(1)) for v in (10.0, 30.0, 12.0)]
+    assert figures(report_runs(store, repeats)) == []  # one commit: no history to draw
+    ranks = {"ranks": 2, "scheme": "allreduce"}
+    mixed = [
+        _train_run(store, 10.0, _commit(2)),
+        _train_run(store, 5.0, _commit(3), distributed=ranks),
+        _train_run(store, 11.0, _commit(4)),
+        _train_run(store, 6.0, _commit(5), distributed=ranks),
+    ]
+    found = history_series(report_runs(store, mixed))
+    tta = [s for s in found if s.metric == "time_to_accuracy"]
+    assert sorted(s.labels["setting"] for s in tta) == [
+        "executor=numpy, batch_size=32",
+        "executor=numpy, batch_size=32, ranks=2, scheme=allreduce",
+    ]
+    assert sorted([p.median for p in s.points] for s in tta) == [[5.0, 6.0], [10.0, 11.0]]
 
 
 def test_the_number_of_panels_is_capped_and_the_caption_says_so(store) -> None:
