@@ -66,7 +66,7 @@ DEMO_REPORT := results/demo-report.html
 # Where every demo step stores its runs, and the tag they carry.
 DEMO_STORE = --db $(DEMO_DB) --tag $(DEMO_TAG)
 
-demo: dev mxnet ## the main job: frameworks side by side at levels 0-3, validated, with intervals, and their report
+demo: dev mxnet ## the main job: frameworks side by side at levels 0-3 and under load, validated, with intervals, and their report
 	$(BIN)/d5 list-plugins --check
 	$(MXNET_BIN)/d5 list-plugins --check
 	$(BIN)/d5 validate op Gemm --backend torch $(DEMO_STORE)
@@ -77,6 +77,10 @@ demo: dev mxnet ## the main job: frameworks side by side at levels 0-3, validate
 	$(MXNET_BIN)/d5 bench net lenet5 --executors mxnet --batch 32 --processes 3 $(DEMO_STORE)
 	$(BIN)/d5 bench net lenet5 --executors numpy,torch,onnxruntime,tensorflow --batch 32 \
 	    --processes 3 $(DEMO_STORE)
+	$(BIN)/d5 bench net lenet5 --scenario single-stream --min-duration 1 \
+	    --executors numpy,torch,onnxruntime,tensorflow $(DEMO_STORE)
+	$(MXNET_BIN)/d5 bench net lenet5 --scenario single-stream --min-duration 1 --executors mxnet \
+	    $(DEMO_STORE)
 	$(BIN)/d5 bench comm --ranks 2 $(DEMO_STORE)
 	$(BIN)/d5 run recipes/digits-mlp.toml --set executor=numpy --ranks 2 $(DEMO_STORE)
 	$(BIN)/d5 run recipes/digits-mlp.toml --set executor=numpy --repeat 6 $(DEMO_STORE)

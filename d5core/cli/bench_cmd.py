@@ -19,6 +19,7 @@ from rich.table import Table
 
 from d5core.cli._parse import parse_attributes, parse_list
 from d5core.cli.bench_comm_cmd import bench_comm
+from d5core.cli.bench_scenario import check_no_scenario_options, scenario_command, scenario_options
 from d5core.cli.options import db_option, json_option
 from d5core.cli.output import console, print_json
 from d5core.cli.tag_option import tag_option
@@ -784,6 +785,7 @@ def _store_roofline_inputs(
 )
 @process_options
 @sampling_options(time_budget=0.5)
+@scenario_options
 @json_option
 @db_option
 @tag_option
@@ -804,6 +806,7 @@ def bench_net(
     as_json: bool,
     db: Path | None,
     tags: tuple[str, ...],
+    **scenario: Any,
 ) -> None:
     """Time a network on each executor: inference or a training step, with throughput.
 
@@ -812,13 +815,20 @@ def bench_net(
     in --processes fresh worker processes (in a random order within each), reported as
     the median of the process medians with its between-process 95% CI. With
     --breakdown, every node's time is stored too (measured in this process), and
-    checked against the measured step.
+    checked against the measured step. With --scenario, the network runs under MLPerf
+    LoadGen instead (docs/inference.md).
     """
     from d5core.measure.invocations import parse_cpus
     from d5core.results.store import ResultsStore
     from d5core.runners.networks import network_workload
 
     names = parse_list(executors, "executors")
+    if scenario["scenario"] is not None:
+        return scenario_command(
+            click.get_current_context(), model=model, executors=names, batch=batch,
+            mode=mode, seed=seed, as_json=as_json, db=db, tags=tags, options=scenario,
+        )  # fmt: skip
+    check_no_scenario_options(scenario)
     options = measure_options(min_samples, max_samples, time_budget, rel_ci, warmup)
     workload = network_workload(model, batch=batch, mode=mode, seed=seed)
     instances = _check_executors(names, workload)

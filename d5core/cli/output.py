@@ -21,6 +21,7 @@ from typing import Any
 from rich.console import Console
 
 __all__ = [
+    "SCHEMA_VARIANTS",
     "SCHEMA_VERSIONS",
     "console",
     "envelope",
@@ -37,6 +38,7 @@ __all__ = [
 SCHEMA_VERSIONS: dict[str, int] = {
     "bench comm": 1,
     "bench net": 1,
+    "bench net scenario": 1,
     "bench op": 1,
     "calibrate": 1,
     "conformance": 1,
@@ -49,8 +51,16 @@ SCHEMA_VERSIONS: dict[str, int] = {
     "results show": 1,
     "results table": 1,
     "run": 1,
+    "run inference": 1,
     "validate net": 1,
     "validate op": 1,
+}
+
+#: Shapes a command prints with an option that changes what it reports, named like a
+#: command in :data:`SCHEMA_VERSIONS`: variant -> the command and option that print it.
+SCHEMA_VARIANTS: dict[str, str] = {
+    "bench net scenario": "bench net --scenario",
+    "run inference": 'run RECIPE with kind = "inference"',
 }
 
 

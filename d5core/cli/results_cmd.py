@@ -586,7 +586,7 @@ def _print_header(c: Comparison) -> None:
         )
         for line in differences or ["(fingerprints differ)"]:
             out.print(f"  {line}", markup=False, highlight=False)
-    for warning in [*c.load["warnings"], *c.threads["warnings"]]:
+    for warning in [*c.load["warnings"], *c.threads["warnings"], *c.settings_warnings]:
         out.print(f"WARNING: {warning}", style="bold yellow", markup=False, highlight=False)
     for note in c.noise_floor["notes"]:
         out.print(f"note: {note}", markup=False, highlight=False)

@@ -227,8 +227,20 @@ def run(
     Exits 0 when every threshold holds (in every run), 1 when one fails, 2 for bad input
     (checked before anything is stored), 130 when interrupted. The run is stored while it
     trains, so a killed run keeps what it measured. With --ranks N (N > 1) the run is
-    data-parallel over N MPI ranks. Every run stored carries the --tag names.
+    data-parallel over N MPI ranks. Every run stored carries the --tag names. A recipe
+    with kind = "inference" runs a network under MLPerf LoadGen (docs/inference.md).
     """
+    from d5core.runners.inference_recipe import is_inference_recipe
+
+    if is_inference_recipe(recipe):
+        from d5core.cli.bench_scenario import run_inference_command
+
+        refused = {"--ranks": ranks is not None, "--scheme": scheme is not None,
+                   "--scheme-option": bool(scheme_options), "--global-batch": global_batch,
+                   "--metric": bool(metrics)}  # fmt: skip
+        run_inference_command(recipe, sets=sets, seed=seed, repeat=repeat, as_json=as_json,
+                              db=db, tags=tags, refused=refused)  # fmt: skip
+        return
     from d5core.runners.training import (
         first_threshold_failure,
         launch_ranks,

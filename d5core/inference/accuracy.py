@@ -208,10 +208,15 @@ def compare_logged(
     names: Sequence[str],
     *,
     tolerances: Tolerances | None = None,
+    layout: Sequence[np.ndarray] | None = None,
 ) -> dict[str, Any]:
     """Compare each logged sample with the expected outputs of its ``qsl_idx``.
 
     :param expected: per sample index, the reference outputs in ``names`` order.
+    :param layout: how the system under test laid out a sample's outputs (arrays of the
+        dtype and shape of each, in ``names`` order), when it said; the bytes are then
+        cut by it, so that an output of another dtype or shape than the reference's
+        fails on ``dtype`` or ``shape``. ``None`` cuts them by the reference outputs.
     :returns: ``passed``, ``checked`` (entries compared), ``failed`` (entries that
         differ), ``worst`` (the entry furthest from passing: ``seq_id``, ``sample``,
         ``output``, ``metric``, ``tol_ratio``, ``max_abs``, ``detail``; ``None`` when
@@ -235,7 +240,7 @@ def compare_logged(
             }
         else:
             try:
-                actual = decode_sample(entry.data, reference)
+                actual = decode_sample(entry.data, reference if layout is None else layout)
             except ValueError as exc:
                 record = {
                     "output": "",
@@ -299,14 +304,30 @@ def _tolerances(rtol: float | None, atol: float | None) -> Tolerances | None:
 
 
 def _log_path(result: ScenarioResult) -> Path:
-    """Where the result's accuracy log is: named in ``result.accuracy`` when the run
-    says, else LoadGen's default name in the run's log directory."""
-    info = result.accuracy or {}
-    for key in ("log", "path", "accuracy_log", "file"):
-        value = info.get(key)
-        if isinstance(value, str | Path) and str(value):
-            return Path(value)
+    """Where the result's accuracy log is: ``result.accuracy["log"]`` when the run
+    names it, else LoadGen's default name in the run's log directory."""
+    value = (result.accuracy or {}).get("log")
+    if isinstance(value, str | Path) and str(value):
+        return Path(value)
     return Path(result.log_dir) / ACCURACY_LOG
+
+
+def _layout(outputs: Any, names: Sequence[str]) -> list[np.ndarray] | None:
+    """The output layout the worker reported (``[{"name", "dtype", "shape"}, ...]``) as
+    empty arrays in ``names`` order; ``None`` when it reported none or another set of
+    outputs (the reference's layout is used then)."""
+    if not isinstance(outputs, Sequence) or not outputs:
+        return None
+    try:
+        by_name = {
+            str(o["name"]): np.empty([int(d) for d in o["shape"]], dtype=np.dtype(o["dtype"]))
+            for o in outputs
+        }
+    except (KeyError, TypeError, ValueError):
+        return None
+    if sorted(by_name) != sorted(names):
+        return None
+    return [by_name[name] for name in names]
 
 
 def check_accuracy(
@@ -349,7 +370,8 @@ def check_accuracy(
     outputs = reference_outputs(ref_executor, network, [library[i] for i in wanted])
     expected = dict(zip(wanted, outputs, strict=True))
     names = [o.name for o in network.outputs]
-    verdict = compare_logged(logged, expected, names, tolerances=tolerances)
+    layout = _layout((result.accuracy or {}).get("outputs"), names)
+    verdict = compare_logged(logged, expected, names, tolerances=tolerances, layout=layout)
     verdict.update(executor=result.executor, reference=against, log=str(path))
     verdict["message"] = _message(result.executor, against, verdict)
     return verdict
@@ -360,7 +382,8 @@ def _message(executor: str, against: str, verdict: Mapping[str, Any]) -> str:
     if not checked:
         return f"accuracy of {executor}: FAILED, no sample was logged (expected one per sample)"
     assert worst is not None
-    where = f"sample {worst['sample']}" + (f", output {worst['output']!r}" if worst["output"] else "")
+    output = f", output {worst['output']!r}" if worst["output"] else ""
+    where = f"sample {worst['sample']}{output}"
     if verdict["passed"]:
         ratio = worst["tol_ratio"] or 0.0
         max_abs = worst["max_abs"] or 0.0

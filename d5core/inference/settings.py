@@ -16,6 +16,7 @@ from a short calibration of the executor on the model before LoadGen starts (see
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
@@ -28,9 +29,12 @@ __all__ = [
     "DEFAULT_SAMPLES_PER_QUERY",
     "DEFAULT_SAMPLE_COUNT",
     "DEFAULT_SERVER_LATENCY_MS",
+    "DEFAULT_SERVER_MIN_QUERY_COUNT",
     "MODES",
     "SCENARIOS",
     "ScenarioSettings",
+    "default_threads",
+    "thread_environment",
 ]
 
 #: The four LoadGen scenarios, as d5 names them.
@@ -44,6 +48,10 @@ DEFAULT_SAMPLES_PER_QUERY = 8
 DEFAULT_MIN_DURATION_S = 2.0
 #: Queries at least (samples in offline, where one query carries them all).
 DEFAULT_MIN_QUERY_COUNT = 100
+#: The server scenario's default: LoadGen's early-stopping estimate of the p99 latency
+#: needs some 460 queries before it can pass at all, so a server run of 100 queries is
+#: INVALID however fast the system is.
+DEFAULT_SERVER_MIN_QUERY_COUNT = 800
 #: Samples in the query sample library when none is given.
 DEFAULT_SAMPLE_COUNT = 128
 #: The server scenario's latency bound (its 99th percentile) when none is given:
@@ -76,7 +84,8 @@ class ScenarioSettings:
     :param scenario: one of :data:`SCENARIOS`.
     :param mode: ``performance`` or ``accuracy`` (every sample once, outputs logged).
     :param target_qps: server: the rate of the Poisson arrivals, queries per second;
-        ``None``: half the single-sample rate the calibration measures.
+        ``None``: 0.3 times the rate of the calibration's fastest one-sample call,
+        at most 500.
     :param latency_bound_ms: server: the bound LoadGen checks the 99th percentile
         against (``None``: :data:`DEFAULT_SERVER_LATENCY_MS`); single-stream and
         multi-stream: an optional bound d5 checks the 90th (single-stream) or 99th
@@ -84,13 +93,14 @@ class ScenarioSettings:
     :param samples_per_query: multi-stream: samples in every query
         (``None``: :data:`DEFAULT_SAMPLES_PER_QUERY`).
     :param expected_qps: offline: the samples per second LoadGen sizes its one query
-        by (``None``: 1.25 times the batched rate the calibration measures).
+        by (``None``: the batched rate of the calibration's fastest call).
     :param min_duration_s: LoadGen runs at least this long.
     :param min_query_count: and issues at least this many queries.
     :param seed: LoadGen's sample-selection, sample-index and schedule seeds, and the
         seed of the generated sample inputs.
     :param threads: BLAS, OpenMP and framework threads of the system under test;
-        ``None``: one per core the worker may use.
+        ``None``: one per core the worker may use, less one for LoadGen
+        (:func:`default_threads`).
     :param performance_sample_count: samples in the query sample library
         (``None``: :data:`DEFAULT_SAMPLE_COUNT`).
     """
@@ -126,9 +136,7 @@ class ScenarioSettings:
         _count(self.min_query_count, "--min-query-count", "queries LoadGen issues at least")
         _count(self.seed, "--seed", "LoadGen's and the inputs' seed", low=0)
         _count(self.threads, "--threads", "threads of the system under test")
-        _count(
-            self.performance_sample_count, "performance_sample_count", "samples in the library"
-        )
+        _count(self.performance_sample_count, "performance_sample_count", "samples in the library")
         for name, scenarios in (
             ("target_qps", ("server",)),
             ("samples_per_query", ("multi-stream",)),
@@ -183,3 +191,29 @@ class ScenarioSettings:
         if "scenario" not in data:
             raise UsageError("scenario settings need a 'scenario'")
         return cls(**dict(data))
+
+
+def default_threads() -> int:
+    """The threads of the system under test when none are asked for: one per core this
+    process may use, less one left to LoadGen's issuing and logging threads and to the
+    thread that completes queries (at least one). On a 2-core machine with both cores
+    given to the framework, its pool fought LoadGen's threads: onnxruntime's offline
+    rate fell to a fifth of its warm-up rate, and mxnet's multi-stream p99 went from
+    under 1 ms to 276 ms (INVALID)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
+    return max(1, cores - 1)
+
+
+def thread_environment(threads: int | None) -> dict[str, str]:
+    """The variables that size the system under test's thread pools: OpenMP, OpenBLAS,
+    MKL (and numexpr) threads, ``threads`` each (:func:`default_threads` when ``None``).
+    The framework plugins size their own pools by ``OMP_NUM_THREADS``."""
+    if threads is None:
+        threads = default_threads()
+    value = str(threads)
+    return {
+        "OMP_NUM_THREADS": value,
+        "OPENBLAS_NUM_THREADS": value,
+        "MKL_NUM_THREADS": value,
+        "NUMEXPR_NUM_THREADS": value,
+    }

@@ -23,7 +23,9 @@ import gc
 import json
 import os
 import sys
-from typing import IO, Any
+from typing import Any
+
+from d5core.worker_protocol import emit, one_line, protocol_stream
 
 #: Must equal :data:`d5core.measure.invocations.PROTOCOL_VERSION` (not imported: the
 #: worker reads its request before importing anything heavy).
@@ -35,25 +37,6 @@ def _pin(cpus: list[int] | None) -> list[int] | None:
         os.sched_setaffinity(0, cpus)
     getter = getattr(os, "sched_getaffinity", None)
     return None if getter is None else sorted(getter(0))
-
-
-def _protocol_stream() -> IO[str]:
-    """A private copy of standard output; fd 1 and ``sys.stdout`` then go to stderr."""
-    sys.stdout.flush()
-    stream = os.fdopen(os.dup(1), "w", encoding="utf-8")
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
-    return stream
-
-
-def _emit(stream: IO[str], event: dict[str, Any]) -> None:
-    stream.write(json.dumps(event) + "\n")
-    stream.flush()
-
-
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def _run_job(job: dict[str, Any], options: Any) -> dict[str, Any]:
@@ -82,8 +65,8 @@ def main() -> int:
         )
         return 2
     cpus = _pin(request.get("cpus"))
-    out = _protocol_stream()
-    _emit(out, {"event": "start", "pid": os.getpid(), "cpus": cpus})
+    out = protocol_stream()
+    emit(out, {"event": "start", "pid": os.getpid(), "cpus": cpus})
 
     from d5core.allocator import apply_allocator_policy
 
@@ -101,10 +84,10 @@ def main() -> int:
             event["measurement"] = _run_job(job, options)
             event["threads"] = thread_settings()
         except Exception as exc:
-            event["error"] = _one_line(exc)
-        _emit(out, event)
+            event["error"] = one_line(exc)
+        emit(out, event)
         gc.collect()  # free the job's inputs before the next job is built
-    _emit(out, {"event": "done"})
+    emit(out, {"event": "done"})
     return 0
 
 

@@ -34,7 +34,7 @@ BETTER: tuple[Better, ...] = ("lower", "higher")
 #: Units of costs, better lower whatever they measure.
 COST_UNITS: frozenset[str] = frozenset({"s", "ms", "us", "µs", "ns", "B", "bytes", "J"})
 
-_TIME, _RATE, _FRACTION = "s", "samples/s", "fraction"
+_TIME, _RATE, _FRACTION, _QPS = "s", "samples/s", "fraction", "queries/s"
 
 #: Every quantity d5 itself stores or computes: name -> (better direction, unit).
 #: ``None`` marks quantities with no better direction (counts such as ``steps``).
@@ -88,6 +88,20 @@ QUANTITIES: dict[str, tuple[Better | None, str]] = {
     "rank_comm_time": ("lower", _TIME),
     "rank_final_loss": ("lower", "loss"),
     "rank_wall_time": ("lower", _TIME),
+    # What `d5 bench net --scenario` stores (MLPerf LoadGen; docs/inference.md).
+    "latency_p50": ("lower", _TIME),
+    "latency_p90": ("lower", _TIME),
+    "latency_p95": ("lower", _TIME),
+    "latency_p97": ("lower", _TIME),
+    "latency_p99": ("lower", _TIME),
+    "latency_p99.9": ("lower", _TIME),
+    "early_stopping_latency_p90": ("lower", _TIME),
+    "early_stopping_latency_p99": ("lower", _TIME),
+    "qps": ("higher", _QPS),
+    "qps_without_overhead": ("higher", _QPS),
+    "peak_server_qps": ("higher", _QPS),
+    "valid": ("higher", ""),
+    "accuracy_passed": ("higher", ""),
     # What `d5 validate` stores: 1 for passed, and errors against the reference.
     "passed": ("higher", ""),
     "l1": ("lower", ""),

@@ -21,6 +21,7 @@ __all__ = ["FIGURE_MODULES", "FigureWarning", "builtin_figures"]
 FIGURE_MODULES: tuple[str, ...] = (
     "d5core.report.operators",
     "d5core.report.networks",
+    "d5core.report.inference",
     "d5core.report.training",
     "d5core.report.distributed",
     "d5core.report.conformance",

@@ -56,6 +56,10 @@ MARKED_PERCENTILES: tuple[tuple[str, str], ...] = (
 )
 
 
+#: The colour of the latency bound's dashed line.
+_BOUND_COLOR = "#D55E00"
+
+
 @dataclass(frozen=True)
 class _Series:
     """One executor's performance run in one stored run."""
@@ -66,6 +70,7 @@ class _Series:
     valid: bool | None
     failed_checks: tuple[str, ...]
     percentiles: dict[str, float]
+    bound_s: float | None
 
 
 @dataclass
@@ -88,19 +93,27 @@ def _model_of(run: ReportRun) -> str:
     return parts[1] if len(parts) >= 3 and parts[0] == "inference" else run.name
 
 
+def _facts(run: ReportRun, executor: str) -> Mapping[str, Any]:
+    """What the run's config keeps of ``executor`` (``inference.executors``, as
+    :func:`d5core.inference.store.store_scenario` writes it); empty when absent."""
+    inference = run.config.get("inference")
+    executors = inference.get("executors") if isinstance(inference, Mapping) else None
+    facts = executors.get(executor) if isinstance(executors, Mapping) else None
+    return facts if isinstance(facts, Mapping) else {}
+
+
 def _failed_checks(run: ReportRun, executor: str) -> tuple[str, ...]:
-    """The failed checks the run's config records for ``executor`` (none when absent)."""
-    found = run.config.get("failed_checks")
-    if isinstance(found, Mapping):
-        checks = found.get(executor)
-        if isinstance(checks, list):
-            return tuple(str(c) for c in checks)
-    return ()
+    """The failed checks the run recorded for ``executor`` (none when absent)."""
+    checks = _facts(run, executor).get("failed_checks")
+    return tuple(str(c) for c in checks) if isinstance(checks, list) else ()
 
 
-def _latency_bound_s(run: ReportRun) -> float | None:
-    """The latency bound of the run's settings, in seconds (``None``: none set)."""
-    settings = run.config.get("settings")
+def _latency_bound_s(run: ReportRun, executor: str) -> float | None:
+    """The latency bound ``executor`` ran under, in seconds (``None``: none set): the
+    settings LoadGen ran with (the server's default filled in), else those asked for."""
+    settings = _facts(run, executor).get("settings")
+    if not isinstance(settings, Mapping):
+        settings = run.config.get("settings")
     bound = settings.get("latency_bound_ms") if isinstance(settings, Mapping) else None
     if isinstance(bound, bool) or not isinstance(bound, int | float) or not bound > 0:
         return None
@@ -135,6 +148,7 @@ def _collect(runs: Sequence[ReportRun]) -> dict[tuple[str, str], _Scenario]:
                 valid=None if valid is None else bool(valid),
                 failed_checks=_failed_checks(run, executor),
                 percentiles=percentiles,
+                bound_s=_latency_bound_s(run, executor),
             )
             entry = found.setdefault((model, scenario), _Scenario(model, scenario))
             entry.runs.setdefault(run.id, []).append(series)
@@ -170,9 +184,7 @@ def _label(series: _Series, several: bool) -> str:
     return f"{name}\n{_verdict(series)}"
 
 
-def _scenario_figure(
-    scenario: _Scenario, colors: Mapping[str, str], left_out: str
-) -> ReportFigure:
+def _scenario_figure(scenario: _Scenario, colors: Mapping[str, str], left_out: str) -> ReportFigure:
     newest_first = sorted(
         scenario.runs, key=lambda r: scenario.runs[r][0].run.created, reverse=True
     )
@@ -182,9 +194,8 @@ def _scenario_figure(
     older = newest_first[MAX_RUNS_PER_SCENARIO:]
     several = len(drawn_ids) > 1
     series = [s for run_id in drawn_ids for s in scenario.runs[run_id]]
-    bounds = {run_id: _latency_bound_s(scenario.runs[run_id][0].run) for run_id in drawn_ids}
 
-    rows = [
+    rows: list[dict[str, Any]] = [
         {
             "label": _label(s, several),
             "run": s.run.id,
@@ -193,6 +204,7 @@ def _scenario_figure(
             "failed_checks": list(s.failed_checks),
             "samples": s.latency.finite,
             "percentiles": dict(s.percentiles),
+            "latency_bound_s": s.bound_s,
         }
         for s in series
     ]
@@ -200,7 +212,7 @@ def _scenario_figure(
     positive = [v for v in every if v > 0]
     log = bool(positive) and max(positive) / min(positive) > LOG_SPAN
     unit, scale = _time_unit(every)
-    distinct_bounds = sorted({b for b in bounds.values() if b is not None})
+    distinct_bounds = sorted({r["latency_bound_s"] for r in rows if r["latency_bound_s"]})
 
     figure = new_figure(max(5.0, 1.6 + 1.3 * len(rows)), 4.0)
     ax = figure.subplots()
@@ -215,7 +227,9 @@ def _scenario_figure(
     )
     positions = list(range(1, len(rows) + 1))
     for marker_key, marker in MARKED_PERCENTILES:
-        xs = [p + 0.3 for p, r in zip(positions, rows, strict=True) if marker_key in r["percentiles"]]
+        xs = [
+            p + 0.3 for p, r in zip(positions, rows, strict=True) if marker_key in r["percentiles"]
+        ]
         ys = [r["percentiles"][marker_key] * scale for r in rows if marker_key in r["percentiles"]]
         if xs:
             ax.scatter(
@@ -223,10 +237,15 @@ def _scenario_figure(
                 label=f"LoadGen p{marker_key}",
             )  # fmt: skip
     for bound in distinct_bounds:
-        ax.axhline(
-            bound * scale, color="#D55E00", linestyle="--", linewidth=1.2,
-            label=f"latency bound {bound * scale:.4g} {unit}",
-        )  # fmt: skip
+        label = f"latency bound {bound * scale:.4g} {unit}"
+        under = [p for p, r in zip(positions, rows, strict=True) if r["latency_bound_s"] == bound]
+        if len(distinct_bounds) == 1 and len(under) == len(rows):
+            ax.axhline(bound * scale, color=_BOUND_COLOR, linestyle="--", linewidth=1.2,
+                       label=label)  # fmt: skip
+        else:  # runs under other bounds: each bound beside the runs it applies to
+            ax.hlines([bound * scale] * len(under), [p - 0.45 for p in under],
+                      [p + 0.45 for p in under], colors=_BOUND_COLOR, linestyles="--",
+                      linewidth=1.2, label=label)  # fmt: skip
     if log:
         ax.set_yscale("log")
     ax.set_xticks(positions, [r["label"] for r in rows])
@@ -247,7 +266,9 @@ def _scenario_figure(
     if distinct_bounds:
         caption.append("The dashed line is the latency bound of the run's settings.")
     failed = [
-        f"{r['executor']}" + (f" ({r['run'][:6]})" if several else "") + ": "
+        f"{r['executor']}"
+        + (f" ({r['run'][:6]})" if several else "")
+        + ": "
         + "; ".join(r["failed_checks"])
         for r in rows
         if r["failed_checks"]
@@ -268,7 +289,7 @@ def _scenario_figure(
         "drawn_unit": unit,
         "drawn_scale": scale,
         "log_scale": log,
-        "latency_bounds_s": {run_id: bounds[run_id] for run_id in drawn_ids},
+        "latency_bounds_s": distinct_bounds,
         "series": rows,
     }
     return runs_figure(

@@ -45,6 +45,7 @@ _KIND_LEVELS: dict[str, str] = {
     "train": "training",
     "comm": "distributed",
     "dist": "distributed",
+    "inference": "networks",
 }
 
 _KEY_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,95}$")

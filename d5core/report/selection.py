@@ -23,6 +23,7 @@ REPORT_KINDS: dict[str, tuple[str, ...]] = {
     "net": ("net",),
     "train": ("train",),
     "dist": ("train", "comm", "dist"),
+    "inference": ("inference",),
 }
 
 #: How many of the newest runs a report draws when neither ids nor filters are given.
@@ -67,7 +68,8 @@ def _check_filters(last: int | None, kind: str | None) -> None:
     if kind is not None and kind not in REPORT_KINDS:
         raise UsageError(
             f"unknown --kind {kind!r}; use one of {', '.join(REPORT_KINDS)} "
-            "(dist: distributed training and communication runs)"
+            "(dist: distributed training and communication runs; inference: LoadGen "
+            "scenarios of d5 bench net --scenario)"
         )
 
 

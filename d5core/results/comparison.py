@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from d5core.results.load import load_difference, run_load_warnings
@@ -376,7 +376,7 @@ def _thread_counts(run: RunRecord) -> dict[str, ThreadCount]:
     fitness = run.config.get("fitness")
     stored = fitness.get("thread_counts") if isinstance(fitness, Mapping) else None
     if not isinstance(stored, Mapping):
-        return {}
+        return _inference_thread_counts(run)
     counts = {}
     for name, data in stored.items():
         try:
@@ -384,6 +384,68 @@ def _thread_counts(run: RunRecord) -> dict[str, ThreadCount]:
         except (KeyError, TypeError, ValueError):
             continue  # not a count this d5 can read: nothing to compare
     return counts
+
+
+def _inference_thread_counts(run: RunRecord) -> dict[str, ThreadCount]:
+    """The thread count of each executor of an inference run (``d5 bench net
+    --scenario``), as its worker reported it (:mod:`d5core.inference.store`)."""
+    from d5core.measure.fitness import ThreadCount
+
+    inference = run.config.get("inference")
+    executors = inference.get("executors") if isinstance(inference, Mapping) else None
+    counts = {}
+    for name, facts in (executors or {}).items() if isinstance(executors, Mapping) else ():
+        threads = facts.get("threads") if isinstance(facts, Mapping) else None
+        if not isinstance(threads, Mapping) or not isinstance(threads.get("setting"), str):
+            continue
+        count = threads.get("count")
+        known = isinstance(count, int) and not isinstance(count, bool)
+        counts[str(name)] = ThreadCount(
+            backend=str(name), framework=None, setting=threads["setting"],
+            reported=(str(count) if known else None,), per_process=(count if known else None,),
+        )  # fmt: skip
+    return counts
+
+
+#: The LoadGen settings that set the load an inference run measured under; runs of an
+#: executor under other values are not comparable (threads are compared on their own).
+_LOAD_SETTINGS = (
+    "scenario", "target_qps", "latency_bound_ms", "samples_per_query", "expected_qps",
+    "min_duration_s", "min_query_count", "performance_sample_count",
+)  # fmt: skip
+
+
+def _inference_settings(run: RunRecord) -> dict[str, Mapping[str, Any]]:
+    """The settings each executor of an inference run ran with, by executor."""
+    inference = run.config.get("inference")
+    executors = inference.get("executors") if isinstance(inference, Mapping) else None
+    if not isinstance(executors, Mapping):
+        return {}
+    found = {}
+    for name, facts in executors.items():
+        settings = facts.get("settings") if isinstance(facts, Mapping) else None
+        if isinstance(settings, Mapping):
+            found[str(name)] = settings
+    return found
+
+
+def _settings_warnings(a: RunRecord, b: RunRecord) -> list[str]:
+    """A line per executor of two inference runs whose LoadGen settings differ."""
+    sa, sb = _inference_settings(a), _inference_settings(b)
+    warnings = []
+    for name in sorted(set(sa) & set(sb)):
+        differ = [
+            f"{key} {sa[name].get(key)!r} vs {sb[name].get(key)!r}"
+            for key in _LOAD_SETTINGS
+            if sa[name].get(key) != sb[name].get(key)
+        ]
+        if differ:
+            warnings.append(
+                f"{name} ran under other LoadGen settings in baseline {a.id} and candidate "
+                f"{b.id} ({', '.join(differ)}): latencies and rates under another load "
+                "are not comparable"
+            )
+    return warnings
 
 
 def _thread_report(a: RunRecord, b: RunRecord) -> dict[str, Any]:
@@ -436,6 +498,9 @@ class Comparison:
     metrics: list[dict[str, Any]]
     #: Names of the scalar metrics found in only one of the runs.
     metrics_unmatched: set[str]
+    #: Inference runs (``d5 bench net --scenario``): one line per executor that ran under
+    #: other LoadGen settings (target QPS, latency bound, ...) in the two runs.
+    settings_warnings: list[str] = field(default_factory=list)
 
     def worse(self) -> list[dict[str, Any]]:
         """The measurements of the candidate that are significantly worse."""
@@ -458,6 +523,7 @@ class Comparison:
             )
         found += self.load["warnings"]
         found += self.threads["warnings"]
+        found += self.settings_warnings
         if not self.comparisons and not self.metrics:
             found.append(f"runs {a.id} and {b.id} have no measurement or metric in common")
         return found
@@ -483,6 +549,7 @@ class Comparison:
             "only_in_baseline": self.only_in_baseline,
             "only_in_candidate": self.only_in_candidate,
             "metrics": self.metrics,
+            "settings_warnings": self.settings_warnings,
         }
 
 
@@ -556,4 +623,5 @@ def compare_runs(
         only_in_candidate=[{"metric": k[0], "labels": json.loads(k[1])} for k in gb if k not in ga],
         metrics=metric_rows,
         metrics_unmatched=metrics_unmatched,
+        settings_warnings=_settings_warnings(a, b),
     )

@@ -48,6 +48,7 @@ __all__ = [
     "parse_value",
     "run_hash",
     "sections_hash",
+    "threshold_bounds",
 ]
 
 #: Keys that describe the problem: they belong in FIXED and nowhere else.
@@ -387,6 +388,25 @@ def _check_options(name: str, metric: str, options: Any) -> dict[str, Any]:
     return checked
 
 
+def threshold_bounds(name: str, metric: str, bound: Mapping[str, Any]) -> dict[str, float]:
+    """A METRICS entry's ``min``/``max`` as floats (recipe ``name``, metric ``metric``).
+
+    :raises UsageError: naming the threshold that is not a finite number.
+    """
+    checked: dict[str, float] = {}
+    for side, value in bound.items():
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not math.isfinite(value)
+        ):
+            raise UsageError(
+                f"recipe {name}: threshold {metric}.{side} must be a finite number, got {value!r}"
+            )
+        checked[side] = float(value)
+    return checked
+
+
 def _check_metrics(name: str, metrics: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     installed: list[str] | None = None
@@ -404,18 +424,7 @@ def _check_metrics(name: str, metrics: Mapping[str, Any]) -> dict[str, dict[str,
                 f"got {entry!r}"
             )
         bound = {side: value for side, value in entry.items() if side != "options"}
-        checked: dict[str, Any] = {}
-        for side, value in bound.items():
-            if (
-                isinstance(value, bool)
-                or not isinstance(value, int | float)
-                or not math.isfinite(value)
-            ):
-                raise UsageError(
-                    f"recipe {name}: threshold {metric}.{side} must be a finite number, "
-                    f"got {value!r}"
-                )
-            checked[side] = float(value)
+        checked: dict[str, Any] = threshold_bounds(name, metric, bound)
         if metric in FRACTION_METRICS and any(not 0 <= v <= 1 for v in checked.values()):
             raise UsageError(
                 f"recipe {name}: {metric} is a fraction in [0, 1], so a threshold "
@@ -448,7 +457,12 @@ def _read(path: Path) -> tuple[str, dict[str, Any]]:
             raise UsageError(
                 f"recipe {path} does not parse: {' '.join(str(exc).split())}"
             ) from None
-        unknown = set(data) - {"fixed", "mutable", "metrics", "name"}
+        if data.get("kind", "training") != "training":
+            raise UsageError(
+                f"recipe {name} has kind = {data['kind']!r}; a training recipe has none (or "
+                '"training"); run an inference recipe with d5 run (docs/inference.md)'
+            )
+        unknown = set(data) - {"fixed", "mutable", "metrics", "name", "kind"}
         if unknown:
             raise UsageError(
                 f"recipe {name}: unknown table(s) {', '.join(sorted(unknown))}; a TOML recipe "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from d5core._version import PLUGIN_API_VERSION
 from d5core.cli.output import read_json
 
 BROKEN_NAMES = ("broken-import", "missing-framework", "bad-hookimpl", "incompatible")
@@ -23,7 +24,7 @@ EXPECTED = {
     ),
     "incompatible": (
         "incompatible",
-        "supports plugin API >=2.0,<3 but d5core 0.1.0 offers plugin API 1.5",
+        f"supports plugin API >=2.0,<3 but d5core 0.1.0 offers plugin API {PLUGIN_API_VERSION}",
     ),
 }
 

@@ -178,6 +178,8 @@ def test_every_hook_fires_in_a_demo_like_flow(tmp_path, monkeypatch) -> None:
     d5("bench", "net", "spy-mlp", "--executors", "numpy", "--batch", "4", *tiny, "--db", str(db))
     d5("validate", "net", "spy-mlp", "--executor", "numpy", "--db", str(db))
     d5("run", str(recipe), "--metric", "peak_memory", "--db", str(db))  # the memory hooks
+    d5("report", "--last", "3", "--formats", "none", "--db", str(db),
+       "-o", str(tmp_path / "report.html"))  # the figure hook  # fmt: skip
     # the custom-operator glue hook: asked for every framework's glue, even when the one
     # named has none (nothing is compiled)
     d5("op", "build", str(CUSTOM_OP), "--frameworks", "spy-framework")
