@@ -670,9 +670,22 @@ def _pid(directory: Path, rank: int) -> int | None:
         return None
 
 
+def _descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` now (the launcher's proxies and ranks, which may have
+    process groups of their own); empty when it cannot be read."""
+    try:
+        return [child.pid for child in psutil.Process(pid).children(recursive=True)]
+    except psutil.Error:
+        return []
+
+
 def _kill(proc: subprocess.Popen[str], directory: Path, ranks: int) -> None:
-    """Kill the launcher's process group and every rank still alive."""
-    pids = [p for p in (_pid(directory, r) for r in range(ranks)) if p is not None]
+    """Kill the launcher's process group, every process below the launcher and every
+    rank that wrote its heartbeat. The descendants are listed before any signal is sent:
+    a rank still importing has written no heartbeat yet, may sit in a process group of
+    its launcher's proxy, and once the launcher dies it is no longer below it."""
+    heartbeats = [p for p in (_pid(directory, r) for r in range(ranks)) if p is not None]
+    pids = list(dict.fromkeys([*_descendants(proc.pid), *heartbeats]))
     for sig in (signal.SIGTERM, signal.SIGKILL):
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, sig)
