@@ -19,16 +19,21 @@ says what was left out.
 
 from __future__ import annotations
 
-import hashlib
 import math
-import re
 import statistics
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from d5core.levels.distributed import bus_factor
 from d5core.report.model import ReportFigure, ReportRun
-from d5core.report.style import PALETTE, colors_for, machines_note, new_figure, short_label
+from d5core.report.style import (
+    PALETTE,
+    colors_for,
+    figure_key,
+    machines_note,
+    new_figure,
+    short_label,
+)
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -75,13 +80,6 @@ def figures(runs: Sequence[ReportRun]) -> list[ReportFigure]:
 
 
 # -- helpers ---------------------------------------------------------------------------
-
-
-def _key(prefix: str, text: str) -> str:
-    """``prefix-slug-hash``: a figure key from any text (ids, names), unique per text."""
-    slug = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:40]
-    digest = hashlib.sha256(text.encode()).hexdigest()[:6]
-    return f"{prefix}-{slug}-{digest}" if slug else f"{prefix}-{digest}"
 
 
 def _recent(runs: Sequence[ReportRun], limit: int) -> tuple[list[ReportRun], int]:
@@ -242,7 +240,7 @@ def _bandwidth_figure(run: ReportRun, data: dict[str, Any], left: int) -> Report
         + _left_out(left, "comm runs")
     )
     return ReportFigure(
-        key=_key("distributed-bandwidth", run.id),
+        key=figure_key("distributed-bandwidth", run.id),
         title=f"{data['collective']} bandwidth, run {run.id}",
         section=SECTION,
         figure=fig,

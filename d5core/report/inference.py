@@ -18,15 +18,20 @@ measured; the caption says what was left out.
 
 from __future__ import annotations
 
-import hashlib
 import math
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from d5core.report.model import ReportFigure, ReportMeasurement, ReportRun
-from d5core.report.style import colors_for, draw_distributions, new_figure, runs_figure
+from d5core.report.style import (
+    colors_for,
+    draw_distributions,
+    figure_key,
+    new_figure,
+    runs_figure,
+    time_unit,
+)
 
 __all__ = [
     "LOG_SPAN",
@@ -155,24 +160,6 @@ def _collect(runs: Sequence[ReportRun]) -> dict[tuple[str, str], _Scenario]:
     return found
 
 
-def _key(*parts: Any) -> str:
-    """``inference-latency-<slug>-<hash>``: the slug of ``parts`` and a short hash of
-    them (model paths may differ only in characters the slug drops)."""
-    text = " ".join(str(p) for p in parts)
-    slug = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:48].strip("-")
-    digest = hashlib.sha1(text.encode()).hexdigest()[:6]
-    return f"inference-latency-{slug}-{digest}" if slug else f"inference-latency-{digest}"
-
-
-def _time_unit(seconds: Sequence[float]) -> tuple[str, float]:
-    top = max((abs(v) for v in seconds if math.isfinite(v)), default=1.0)
-    if top >= 1.0:
-        return "s", 1.0
-    if top >= 1e-3:
-        return "ms", 1e3
-    return "µs", 1e6
-
-
 def _verdict(series: _Series) -> str:
     if series.valid is None:
         return "validity unknown"
@@ -211,7 +198,7 @@ def _scenario_figure(scenario: _Scenario, colors: Mapping[str, str], left_out: s
     every = [v for r in rows for v in r["samples"]]
     positive = [v for v in every if v > 0]
     log = bool(positive) and max(positive) / min(positive) > LOG_SPAN
-    unit, scale = _time_unit(every)
+    unit, scale = time_unit(every)
     distinct_bounds = sorted({r["latency_bound_s"] for r in rows if r["latency_bound_s"]})
 
     figure = new_figure(max(5.0, 1.6 + 1.3 * len(rows)), 4.0)
@@ -296,7 +283,7 @@ def _scenario_figure(scenario: _Scenario, colors: Mapping[str, str], left_out: s
         figure,
         data,
         [scenario.runs[r][0].run for r in drawn_ids],
-        key=_key(scenario.model, scenario.scenario),
+        key=figure_key("inference-latency", scenario.model, scenario.scenario),
         title=f"latency under load: {scenario.model}, {scenario.scenario}",
         section=SECTION,
         caption=" ".join(caption),

@@ -21,9 +21,7 @@ captions say what was left out.
 
 from __future__ import annotations
 
-import hashlib
 import math
-import re
 import statistics
 import textwrap
 from collections.abc import Iterable, Mapping, Sequence
@@ -35,9 +33,11 @@ from d5core.report.style import (
     PALETTE,
     colors_for,
     draw_distributions,
+    figure_key,
     new_figure,
     runs_figure,
     short_label,
+    time_unit,
 )
 
 if TYPE_CHECKING:
@@ -174,25 +174,6 @@ def _collect(runs: Sequence[ReportRun]) -> dict[tuple[str, str, int], _Problem]:
 # -- small helpers -----------------------------------------------------------------------
 
 
-def _key(prefix: str, *parts: Any) -> str:
-    """A figure key: ``prefix``, a slug of ``parts`` and a short hash of them (names such
-    as model paths may differ only in characters the slug drops)."""
-    text = " ".join(str(p) for p in parts)
-    slug = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:48].strip("-")
-    digest = hashlib.sha1(text.encode()).hexdigest()[:6]
-    return f"{prefix}-{slug}-{digest}" if slug else f"{prefix}-{digest}"
-
-
-def _time_unit(seconds: Sequence[float]) -> tuple[str, float]:
-    """A unit that shows ``seconds`` with few leading zeros, and its scale from seconds."""
-    top = max((abs(v) for v in seconds if math.isfinite(v)), default=1.0)
-    if top >= 1.0:
-        return "s", 1.0
-    if top >= 1e-3:
-        return "ms", 1e3
-    return "µs", 1e6
-
-
 def _fmt_rate(rate: float) -> str:
     return f"{rate:,.0f}" if rate >= 100 else f"{rate:.3g}"
 
@@ -302,7 +283,7 @@ def _problem_figure(
         {"model": problem.model, "mode": problem.mode, "batch": problem.batch,
          "time_unit": unit, "time_scale": scale, **data},
         [problem.runs[r][0].run for r in drawn],
-        key=_key(prefix, problem.model, problem.mode, problem.batch),
+        key=figure_key(prefix, problem.model, problem.mode, problem.batch),
         title=f"{title}: {problem.name}",
         section=SECTION,
         caption=" ".join(caption),
@@ -353,7 +334,7 @@ def _steps_figure(
             rows.append(row)
 
     every_time = [v for r in rows for v in r["time"]["samples"]]
-    unit, scale = _time_unit([r["time"]["median"] for r in rows])
+    unit, scale = time_unit([r["time"]["median"] for r in rows])
     figure = new_figure(9.0, 3.8)
     time_ax, rate_ax = figure.subplots(1, 2)
     groups = [
@@ -502,7 +483,7 @@ def _breakdown_figure(problem: _Problem, left_out_problems: str) -> ReportFigure
             else None
         )
 
-    unit, scale = _time_unit([max(r["node_sum"], r["step"]["median"]) for r in rows])
+    unit, scale = time_unit([max(r["node_sum"], r["step"]["median"]) for r in rows])
     segment_colors = {name: PALETTE[i % len(PALETTE)] for i, name in enumerate(kept)}
     segment_colors["other"] = "#BBBBBB"
     figure = new_figure(9.0, 4.0)

@@ -24,9 +24,7 @@ say what was left out.
 
 from __future__ import annotations
 
-import hashlib
 import math
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -35,9 +33,11 @@ from d5core.report.model import ReportFigure, ReportMeasurement, ReportRun
 from d5core.report.style import (
     colors_for,
     draw_distributions,
+    figure_key,
     new_figure,
     runs_figure,
     short_label,
+    time_unit,
 )
 
 if TYPE_CHECKING:
@@ -60,12 +60,6 @@ MAX_RUNS_PER_GROUP = 3
 #: Problems drawn as subplots of one samples figure.
 MAX_PROBLEMS_PER_FIGURE = 9
 
-_TIME_UNITS: tuple[tuple[str, float, float], ...] = (
-    ("s", 1.0, 1.0),
-    ("ms", 1e-3, 1e3),
-    ("µs", 1e-6, 1e6),
-    ("ns", 0.0, 1e9),
-)
 _DIRECTION_MARKERS = {"forward": "o", "backward": "^"}
 
 
@@ -120,25 +114,6 @@ def _collect(runs: Sequence[ReportRun]) -> tuple[list[_Group], list[_Group]]:
         group.runs = group.runs[-MAX_RUNS_PER_GROUP:]
     ordered = sorted(groups.values(), key=lambda g: (g.newest, g.op), reverse=True)
     return ordered[:MAX_GROUPS], ordered[MAX_GROUPS:]
-
-
-def _key(prefix: str, *parts: str) -> str:
-    """A figure key: ``prefix``, a readable slug of ``parts`` and a short hash of them."""
-    text = "\x1f".join(parts)
-    slug = re.sub(r"[^a-z0-9]+", "-", " ".join(parts).lower()).strip("-")[:40].strip("-")
-    digest = hashlib.sha256(text.encode()).hexdigest()[:6]
-    return f"{prefix}-{slug}-{digest}" if slug else f"{prefix}-{digest}"
-
-
-def _time_unit(values: Sequence[float]) -> tuple[str, float]:
-    """A unit for times around the median of ``values``: its name and the scale that
-    turns seconds into it."""
-    finite = sorted(v for v in values if math.isfinite(v) and v > 0)
-    middle = finite[len(finite) // 2] if finite else 1.0
-    for name, floor, scale in _TIME_UNITS:
-        if middle >= floor:
-            return name, scale
-    return _TIME_UNITS[-1][0], _TIME_UNITS[-1][2]
 
 
 def _problems(group: _Group) -> list[str]:
@@ -205,7 +180,7 @@ def _group_figure(
         {"op": group.op, "dtype": group.dtype, "direction": group.direction, **data,
          "left_out_runs": [r.id for r in group.left_out]},
         group.runs,
-        key=_key(prefix, group.op, group.dtype, group.direction),
+        key=figure_key(prefix, group.op, group.dtype, group.direction),
         title=f"{group.title}: {title}",
         section=SECTION,
         caption=caption + _left_out_runs_text(group),
@@ -242,7 +217,7 @@ def _samples_figure(group: _Group, colors: dict[str, str]) -> ReportFigure | Non
                     }
                 )
         if entries:
-            unit, scale = _time_unit([v for e in entries for v in e["samples"]])
+            unit, scale = time_unit([v for e in entries for v in e["samples"]])
             y_range, cut = _sample_range(entries)
             panels.append(
                 {
@@ -406,7 +381,7 @@ def _dispatch_figure(group: _Group, colors: dict[str, str]) -> ReportFigure | No
                 lines.append({"label": label, "run": run.id, "backend": backend, "points": points})
     if not lines:
         return None
-    unit, scale = _time_unit([p["median"] for line in lines for p in line["points"]])
+    unit, scale = time_unit([p["median"] for line in lines for p in line["points"]])
     figure = new_figure(6.4, 4.0)
     ax = figure.subplots()
     styles = ["-", "--", ":"]
@@ -699,7 +674,7 @@ def _roofline_figure(
         figure,
         data,
         drawn,
-        key=_key("op-roofline", dtype),
+        key=figure_key("op-roofline", dtype),
         title=f"Roofline ({dtype})",
         section=SECTION,
         caption=caption,

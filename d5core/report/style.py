@@ -7,6 +7,9 @@ figures in one process without a display.
 
 from __future__ import annotations
 
+import hashlib
+import math
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
@@ -23,10 +26,12 @@ __all__ = [
     "color_for",
     "colors_for",
     "draw_distributions",
+    "figure_key",
     "machines_note",
     "new_figure",
     "runs_figure",
     "short_label",
+    "time_unit",
 ]
 
 #: Colours for the things compared in one figure (backends, executors, settings), in the
@@ -80,6 +85,34 @@ def colors_for(names: Iterable[str]) -> dict[str, str]:
 def color_for(name: str, names: Iterable[str]) -> str:
     """The colour of ``name`` among ``names`` (see :func:`colors_for`)."""
     return colors_for([*names, name])[name]
+
+
+def figure_key(prefix: str, *parts: object) -> str:
+    """A figure key: ``prefix``, a readable slug of ``parts`` and a short hash of them
+    (names such as model paths may differ only in characters the slug drops)."""
+    shown = [str(p) for p in parts]
+    slug = re.sub(r"[^a-z0-9]+", "-", " ".join(shown).lower()).strip("-")[:48].strip("-")
+    digest = hashlib.sha256("\x1f".join(shown).encode()).hexdigest()[:6]
+    return f"{prefix}-{slug}-{digest}" if slug else f"{prefix}-{digest}"
+
+
+_TIME_UNITS: tuple[tuple[str, float, float], ...] = (
+    ("s", 1.0, 1.0),
+    ("ms", 1e-3, 1e3),
+    ("µs", 1e-6, 1e6),
+    ("ns", 0.0, 1e9),
+)
+
+
+def time_unit(seconds: Iterable[float]) -> tuple[str, float]:
+    """A unit for times around the median of ``seconds``: its name and the scale that
+    turns seconds into it."""
+    finite = sorted(v for v in seconds if math.isfinite(v) and v > 0)
+    middle = finite[len(finite) // 2] if finite else 1.0
+    for name, floor, scale in _TIME_UNITS:
+        if middle >= floor:
+            return name, scale
+    return _TIME_UNITS[-1][0], _TIME_UNITS[-1][2]
 
 
 def short_label(text: str, limit: int = 40) -> str:
