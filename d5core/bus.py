@@ -51,6 +51,8 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from d5core.errors import one_line
+
 if TYPE_CHECKING:
     from d5core.plugins.manager import HookOutcome, PluginManager
 
@@ -131,11 +133,6 @@ def _describe(callback: Callable[..., Any]) -> str:
     return f"{module}.{name}" if module else name
 
 
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
 #: How a span is delivered: (begin name, its callbacks, end name, its callbacks).
 _SpanRoute = tuple[str, tuple[Callback, ...], str, tuple[Callback, ...]]
 
@@ -158,9 +155,7 @@ class Span:
     def __enter__(self) -> Span:
         begin, begin_subs = self._route[0], self._route[1]
         if begin_subs:
-            self._bus._deliver(
-                begin_subs, Event(begin, self._level, _clock(), dict(self._payload))
-            )
+            self._bus._deliver(begin_subs, Event(begin, self._level, _clock(), dict(self._payload)))
         self._t0 = _clock()  # after the begin event: delivering it is not the span's time
         return self
 
@@ -360,7 +355,7 @@ class MetricBus:
         if seen is not None:
             seen.count += 1
             return
-        err = SubscriberError(name, _describe(callback), _one_line(exc))
+        err = SubscriberError(name, _describe(callback), one_line(exc))
         self._errors[key] = err
         warnings.warn(
             f"metric bus subscriber {err.callback} raised {err.error} on {name!r}; "

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from d5core._version import PLUGIN_API_VERSION, __version__
 from d5core.allocator import allocator_settings
+from d5core.errors import one_line
 
 if TYPE_CHECKING:
     from d5core.plugins import PluginManager
@@ -61,17 +62,12 @@ RUN_SPECIFIC_KEYS: tuple[str, ...] = ("argv", "seeds", "recipe_hash", "timestamp
 _SUBPROCESS_TIMEOUT_S = 3.0
 
 
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
 def _section(fn: Callable[[], Any]) -> Any:
     """``fn()``, or ``{"error": ...}`` when it raises: capture never fails."""
     try:
         return fn()
     except Exception as exc:
-        return {"error": _one_line(exc)}
+        return {"error": one_line(exc)}
 
 
 def _json_safe(value: Any) -> Any:
@@ -120,7 +116,7 @@ def _frameworks(manager: PluginManager) -> dict[str, Any]:
     facts: dict[str, Any] = {}
     for out in manager.call_each("d5_environment_info"):
         if out.error is not None:
-            facts[out.plugin] = {"error": _one_line(out.error)}
+            facts[out.plugin] = {"error": one_line(out.error)}
         elif out.result is None:
             continue
         elif isinstance(out.result, Mapping):

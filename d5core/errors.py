@@ -15,6 +15,7 @@ __all__ = [
     "D5Error",
     "PluginError",
     "UsageError",
+    "one_line",
 ]
 
 EXIT_OK = 0
@@ -42,3 +43,10 @@ class CheckFailed(D5Error):
     """A validation, a threshold or a plugin check did not hold."""
 
     exit_code = EXIT_FAILED
+
+
+def one_line(exc: BaseException) -> str:
+    """``exc`` as one line for a message: its type and its text with the white space
+    folded (``ValueError: bad shape (3, 4)``)."""
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -3,8 +3,8 @@
 JSON events, one per line, on a private copy of standard output, while whatever the
 frameworks print goes to standard error.
 
-Standard library only: a worker imports this before it sets its thread variables, so it
-must not load numpy or a framework.
+It imports nothing but the standard library and d5core.errors: a worker imports it before
+it sets its thread variables, so it must not load numpy or a framework.
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ import json
 import os
 import sys
 from typing import IO, Any
+
+from d5core.errors import one_line
 
 __all__ = ["emit", "one_line", "protocol_stream"]
 
@@ -30,9 +32,3 @@ def emit(stream: IO[str], event: dict[str, Any]) -> None:
     """Write one event as a JSON line and flush it."""
     stream.write(json.dumps(event) + "\n")
     stream.flush()
-
-
-def one_line(exc: BaseException) -> str:
-    """``exc`` as one line: its type and its message with the white space folded."""
-    text = " ".join(str(exc).split())
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

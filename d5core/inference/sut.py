@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from d5core.errors import EXIT_FAILED, D5Error, UsageError
+from d5core.errors import EXIT_FAILED, D5Error, UsageError, one_line
 
 if TYPE_CHECKING:
     from d5core.inference.settings import ScenarioSettings
@@ -65,11 +65,6 @@ class ScenarioFailed(D5Error):
     died, or LoadGen failed. Its message is one line; d5 exits with 1."""
 
     exit_code = EXIT_FAILED
-
-
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def fixed_batch(network: Network) -> int | None:
@@ -369,7 +364,7 @@ class InferenceSUT:
                 try:
                     data = self.run_call([index for _, index in work])
                 except Exception as exc:
-                    self.stats.error = _one_line(exc)
+                    self.stats.error = one_line(exc)
                     if self._on_error is not None:
                         self._on_error(self.stats.error)
                     data = None

@@ -12,16 +12,13 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any, ClassVar
 
+from d5core.errors import one_line
+
 __all__ = ["Metric", "MetricResult"]
 
 #: What :meth:`Metric.result` returns: a JSON-serialisable mapping with ``"unit"`` and
 #: either ``"value"`` or ``"unavailable"`` (the reason it could not be measured).
 MetricResult = dict[str, Any]
-
-
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 class Metric(ABC):
@@ -60,7 +57,7 @@ class Metric(ABC):
             try:
                 unsubscribe()
             except Exception as exc:
-                self.problems.append(f"unsubscribing raised {_one_line(exc)}")
+                self.problems.append(f"unsubscribing raised {one_line(exc)}")
 
     def listen(self, bus: Any, event: str, callback: Callable[[Any], None]) -> Callable[[], None]:
         """Subscribe ``callback`` to ``event`` on ``bus``, isolating its failures.
@@ -76,7 +73,7 @@ class Metric(ABC):
             try:
                 callback(ev)
             except Exception as exc:
-                message = f"handling {event!r} raised {_one_line(exc)}"
+                message = f"handling {event!r} raised {one_line(exc)}"
                 if message not in self.problems:
                     self.problems.append(message)
 
@@ -115,7 +112,7 @@ class Metric(ABC):
             raw = self.result()
         except Exception as exc:
             out = self.unavailable(
-                f"computing {self.name or type(self).__name__} raised {_one_line(exc)}"
+                f"computing {self.name or type(self).__name__} raised {one_line(exc)}"
             )
         else:
             out = dict(raw) if isinstance(raw, dict) else {"value": raw, "unit": self.unit}

@@ -20,7 +20,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from d5core.errors import UsageError
+from d5core.errors import UsageError, one_line
 from d5core.report.document import RenderedFigure, ReportDocument
 from d5core.report.model import REPORT_SECTIONS, ReportFigure, ReportRun
 from d5core.results.store import ResultsStore, RunRecord
@@ -92,11 +92,6 @@ def _in_family(key: str, name: str) -> bool:
     return key == name or key.startswith(name + "-")
 
 
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
 def collect_figures(
     runs: Sequence[ReportRun], manager: PluginManager, store: ResultsStore | None = None
 ) -> tuple[list[DrawnFigure], list[str]]:
@@ -128,7 +123,7 @@ def collect_figures(
     for out in outcomes:
         if out.error is not None:
             problems.append(
-                f"plugin {out.plugin!r} failed to draw its figures ({_one_line(out.error)}); "
+                f"plugin {out.plugin!r} failed to draw its figures ({one_line(out.error)}); "
                 "they are left out"
             )
             continue

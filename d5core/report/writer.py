@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from d5core.errors import UsageError
+from d5core.errors import UsageError, one_line
 
 if TYPE_CHECKING:
     from d5core.report.model import ReportFigure
@@ -82,11 +82,6 @@ def svg_markup(text: str) -> str:
     return text.strip()
 
 
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
 def _save_one(
     figure: ReportFigure, folder: Path, prefix: str, formats: Sequence[str]
 ) -> SavedFigure:
@@ -112,7 +107,7 @@ def _save_one(
         with matplotlib.rc_context({"svg.hashsalt": f"d5-{figure.key}"}):
             fig.savefig(buffer, format="svg", metadata={"Date": None})
     except Exception as exc:
-        return SavedFigure("", files, _one_line(exc))
+        return SavedFigure("", files, one_line(exc))
     return SavedFigure(svg_markup(buffer.getvalue()), files)
 
 

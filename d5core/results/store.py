@@ -34,7 +34,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from d5core.environment import RUN_SPECIFIC_KEYS, capture_environment, environment_fingerprint
-from d5core.errors import UsageError
+from d5core.errors import UsageError, one_line
 from d5core.metrics.directions import better_of, check_better
 from d5core.results import schema
 from d5core.results.load import LoadAverage, current_load
@@ -201,11 +201,6 @@ def _dumps(value: Any, *, canonical: bool = True) -> str:
 
 def _loads(text: str | None) -> Any:
     return None if text is None else json.loads(text)
-
-
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def _is_busy(exc: sqlite3.Error) -> bool:
@@ -733,7 +728,7 @@ class ResultsStore:
             except (TypeError, ValueError) as exc:
                 raise UsageError(
                     f"measurement {metric!r} needs a Measurement or a sequence of numbers: "
-                    f"{_one_line(exc)}"
+                    f"{one_line(exc)}"
                 ) from exc
         if not values:
             raise UsageError(f"measurement {metric!r} of run {run_id} has no samples")
@@ -883,7 +878,7 @@ class ResultsStore:
                 if isinstance(exc, KeyboardInterrupt):
                     status, error = "interrupted", str(exc) or "interrupted (SIGINT)"
                 else:
-                    status, error = "failed", _one_line(exc)
+                    status, error = "failed", one_line(exc)
                 self.finish_run(run_id, status, error=error)
             raise
         if self._stored_status(run_id) == "running":
@@ -1208,7 +1203,7 @@ class ResultsStore:
             self._retrying(probe)
         except sqlite3.OperationalError as exc:
             raise UsageError(
-                f"the results database {self._path} is not writable ({_one_line(exc)}); "
+                f"the results database {self._path} is not writable ({one_line(exc)}); "
                 f"pass --db with a writable file, or set {DB_ENV_VAR}"
             ) from None
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from d5core.errors import UsageError
+from d5core.errors import UsageError, one_line
 from d5core.levels.operators import Operator
 
 __all__ = [
@@ -349,11 +349,6 @@ class ValidationReport:
         }
 
 
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
 def default_grad_outputs(
     outputs: Sequence[np.ndarray], seed: int, dtype: Any = None
 ) -> list[np.ndarray]:
@@ -482,7 +477,7 @@ def validate_operator(
     try:
         actual = candidate.forward(arrays)
     except Exception as exc:
-        report.errors.append(f"the candidate's forward raised {_one_line(exc)}")
+        report.errors.append(f"the candidate's forward raised {one_line(exc)}")
         return report
     expected: list[np.ndarray] | None = None
     if reference is not None:
@@ -503,7 +498,7 @@ def validate_operator(
     try:
         cand_grads = candidate.backward(grads, arrays, actual)
     except Exception as exc:
-        report.errors.append(f"the candidate's backward raised {_one_line(exc)}")
+        report.errors.append(f"the candidate's backward raised {one_line(exc)}")
         return report
     if reference is not None and expected is not None and reference.differentiable:
         ref_grads = reference.backward(grads, arrays, expected)
@@ -523,5 +518,5 @@ def validate_operator(
                 wrt=wrt,
             )
         except Exception as exc:
-            report.errors.append(f"the gradient check raised {_one_line(exc)}")
+            report.errors.append(f"the gradient check raised {one_line(exc)}")
     return report
