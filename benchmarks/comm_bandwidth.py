@@ -26,7 +26,7 @@ import numpy as np
 from _machine import load, machine
 from d5_plugin_mpi.launch import build_command, under_launcher
 
-from d5core.runners.comm_sweep import bandwidths, samples_for
+from d5core.lv3.comm_sweep import bandwidths, samples_for
 
 
 def worker(max_mb: int) -> list[dict[str, Any]]:

@@ -91,8 +91,8 @@ def worker() -> list[dict[str, Any]]:
     from d5_plugin_mpi.schemes import make_distributed
     from mpi4py import MPI
 
+    from d5core.lv1.runner import load_model
     from d5core.plugins import get_plugin_manager
-    from d5core.runners.networks import load_model
 
     spy = SpyComm(MPI.COMM_WORLD, MPI.IN_PLACE)
     comm = MPICommunicator(spy)  # type: ignore[arg-type]

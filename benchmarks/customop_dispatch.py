@@ -3,7 +3,7 @@
 The same C++ kernel (a scaled ReLU, ``Y = alpha * max(X, 0)``, written by this script
 into a temporary folder; or ``--kernel bias_gelu``, the worked example of
 docs/operators.md) is built with ``d5 op build``'s machinery
-(:func:`d5core.customop.build`) for every framework installed in the running
+(:func:`d5core.lv0.customop.build`) for every framework installed in the running
 environment, and timed at 1, 10, ..., 1M float32 elements. The kernel being identical, the
 differences between frameworks are their own costs of calling it: the small-size floor
 is a framework's fixed overhead per call, and the size where the time per call reaches
@@ -74,7 +74,7 @@ import numpy as np
 from _machine import allocator, load, machine
 from executor_fairness import Comparison, Side, measure
 
-from d5core.customop import available_glues, build
+from d5core.lv0.customop import available_glues, build
 from d5core.measure import synchronizer_of
 from d5core.measure.stats import median_ci, median_ci_coverage
 

@@ -83,11 +83,11 @@ import numpy as np
 from _machine import allocator, load, machine
 
 from d5core.errors import UsageError
+from d5core.lv1 import zoo
+from d5core.lv1.runner import executor_by_name, make_feeds, with_loss
 from d5core.measure.stats import median_ci, median_ci_coverage
-from d5core.networks import zoo
-from d5core.networks.network import Network
+from d5core.onnx.network import Network
 from d5core.plugins import get_plugin_manager
-from d5core.runners.networks import executor_by_name, make_feeds, with_loss
 
 FRAMEWORKS = ("torch", "tensorflow")
 #: Network name to its input shape (channels first, as the zoo builds it).

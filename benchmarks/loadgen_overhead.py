@@ -2,12 +2,12 @@
 
 What is compared
 ----------------
-Both sides run the same LoadGen test (:func:`d5core.inference.loadgen.test_settings`,
-started by :func:`~d5core.inference.loadgen.start_test`, so LoadGen's own logging and
+Both sides run the same LoadGen test (:func:`d5core.loadgen.loadgen.test_settings`,
+started by :func:`~d5core.loadgen.loadgen.start_test`, so LoadGen's own logging and
 trace cost the same on both) on the same graph executor object, the same seeded sample
-library (:func:`~d5core.inference.sut.sample_library`) and the same pinned threads:
+library (:func:`~d5core.loadgen.sut.sample_library`) and the same pinned threads:
 
-- **d5**: :func:`d5core.inference.sut.make_sut` in-process, the SUT ``d5 bench net
+- **d5**: :func:`d5core.loadgen.sut.make_sut` in-process, the SUT ``d5 bench net
   --scenario`` runs (queries handed to a worker thread, split into calls, completed with
   ``QuerySamplesComplete``, statistics kept);
 - **bare**: the least a LoadGen SUT can do with that executor: a ``SimpleQueue`` and one
@@ -146,14 +146,14 @@ def _warm_up(executor: Any, samples: list[dict[str, Any]], batch: int, seconds: 
 
 def worker(request: dict[str, Any]) -> dict[str, Any]:
     """Run one side of one scenario under LoadGen; return LoadGen's numbers."""
-    from d5core.inference.settings import ScenarioSettings, thread_environment
+    from d5core.loadgen.settings import ScenarioSettings, thread_environment
 
     os.environ.update(thread_environment(request["threads"]))  # before any framework
 
     from d5core.allocator import apply_allocator_policy
-    from d5core.inference.loadgen import parse_detail, start_test, test_settings
-    from d5core.inference.sut import make_sut, sample_library
-    from d5core.runners.networks import executor_by_name, load_model
+    from d5core.loadgen.loadgen import parse_detail, start_test, test_settings
+    from d5core.loadgen.sut import make_sut, sample_library
+    from d5core.lv1.runner import executor_by_name, load_model
 
     apply_allocator_policy()
     scenario = request["scenario"]
@@ -201,14 +201,14 @@ def layer_cost(request: dict[str, Any]) -> dict[str, Any]:
     calls made directly (single-stream: the prepared callable; offline: a batch
     gathered from one array and ``executor.inference``), interleaved ``request["rounds"]``
     times in one process; per side the median over blocks of the time per call."""
-    from d5core.inference.settings import thread_environment
+    from d5core.loadgen.settings import thread_environment
 
     os.environ.update(thread_environment(request["threads"]))
 
     import numpy as np
 
     from d5core.allocator import apply_allocator_policy
-    from d5core.runners.networks import executor_by_name, load_model
+    from d5core.lv1.runner import executor_by_name, load_model
 
     apply_allocator_policy()
     network = load_model(request["model"])
@@ -226,8 +226,8 @@ def _layer_scenario(
     """:func:`layer_cost` for one scenario."""
     import numpy as np
 
-    from d5core.inference.settings import ScenarioSettings
-    from d5core.inference.sut import InferenceSUT
+    from d5core.loadgen.settings import ScenarioSettings
+    from d5core.loadgen.sut import InferenceSUT
 
     single = scenario == "single-stream"
     settings = ScenarioSettings(

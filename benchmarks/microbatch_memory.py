@@ -32,9 +32,9 @@ def rss_bytes(field: str) -> int:
 
 def one(model: str, batch: int, k: int, executor_name: str, budget: float) -> dict[str, float]:
     """Measure one k in this process; returns seconds per step and peak bytes."""
+    from d5core.lv1.passes import microbatched_step
+    from d5core.lv1.runner import executor_by_name, load_model, make_feeds, with_loss
     from d5core.measure.engine import MeasureOptions, measure
-    from d5core.networks.passes import microbatched_step
-    from d5core.runners.networks import executor_by_name, load_model, make_feeds, with_loss
 
     network, loss = with_loss(load_model(model))
     feeds = make_feeds(network, batch, seed=0)

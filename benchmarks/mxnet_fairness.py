@@ -64,7 +64,7 @@ from executor_fairness import (
     summarize,
 )
 
-from d5core.runners.networks import executor_by_name
+from d5core.lv1.runner import executor_by_name
 
 FRAMEWORK = "mxnet"
 

@@ -31,8 +31,8 @@ from typing import Any
 
 import numpy as np
 
-from d5core.runners.operators import backend_by_name, build_operator
-from d5core.workloads.problems import Problem, suite
+from d5core.lv0.runner import backend_by_name, build_operator
+from d5core.lv0.workloads.problems import Problem, suite
 
 
 def problems() -> list[Problem]:

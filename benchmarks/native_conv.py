@@ -32,7 +32,7 @@ from d5_kernels.operators import NativeBackend
 from native_gemm import BUSY_LIMIT, per_call, quietest
 
 from d5core.levels.operators import TensorDescriptor
-from d5core.workloads.problems import Problem, suite
+from d5core.lv0.workloads.problems import Problem, suite
 
 #: Seconds each side gets per round.
 BATCH_SECONDS = 0.1

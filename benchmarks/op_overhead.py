@@ -4,8 +4,10 @@ For every problem of the cpu-small GEMM and convolution suites, on the numpy, to
 tensorflow backends, the same computation is timed two ways, side by side and
 interleaved:
 
-- d5: ``bench_ops`` (backend lookup, operator wrapper, ``prepare_forward``'s callable,
-  the measurement engine with its adaptive stopping);
+- d5: what each worker of ``d5 bench op`` runs for one job, here in this process
+  (``build_job`` of the ``op`` kind: backend lookup, operator wrapper,
+  ``prepare_forward``'s callable; then the measurement engine with its adaptive
+  stopping), so that both sides share the process they are timed in;
 - by hand: a ``perf_counter_ns`` loop around the framework's own call: ``torch.mm`` /
   ``F.conv2d`` under ``no_grad`` for torch; for tensorflow, ``tf.linalg.matmul`` (with
   its ``transpose_a``/``transpose_b`` flags) / ``tf.nn.conv2d`` in a ``tf.function``, on
@@ -50,10 +52,12 @@ import torch
 import torch.nn.functional as F
 from _machine import load, machine
 
-from d5core.measure.engine import MeasureOptions
+from d5core.lv0.jobs import problem_to_json
+from d5core.lv0.runner import backend_by_name, build_operator
+from d5core.lv0.workloads.problems import Problem, suite
+from d5core.measure.engine import Measurement, MeasureOptions, measure
+from d5core.measure.invocations import build_job, job_target
 from d5core.plugins import get_plugin_manager
-from d5core.runners.operators import backend_by_name, bench_ops, build_operator
-from d5core.workloads.problems import Problem, suite
 
 #: Backends with a hand-written side here.
 BACKENDS = ("numpy", "torch", "tensorflow", "tensorflow-xla")
@@ -223,6 +227,14 @@ def _backends(text: str) -> list[str]:
     return names
 
 
+def d5_job(problem: Problem, backend: str, options: MeasureOptions) -> Measurement:
+    """One job of ``d5 bench op``, built and measured as its worker does."""
+    args = {"problem": problem_to_json(problem), "backend": backend, "dtype": "float32",
+            "direction": "forward", "seed": 0}  # fmt: skip
+    prepared = build_job(job_target("op"), args)
+    return measure(prepared.fn, options, synchronize=prepared.synchronize)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
@@ -253,9 +265,9 @@ def main() -> int:
                 # rotated per round: with one hand side, d5 and hand alternate going first
                 for who in sides[r % len(sides) :] + sides[: r % len(sides)]:
                     if who == "d5":
-                        (timing,) = bench_ops([problem], [backend], options=options)
-                        d5_medians.append(timing.measurement.summary.median)
-                        n = timing.measurement.summary.n
+                        timed = d5_job(problem, backend, options)
+                        d5_medians.append(timed.summary.median)
+                        n = timed.summary.n
                     else:
                         samples = max(30, min(n, 400))
                         hand_medians[who].append(hand_loop(hands[who], samples=samples))

@@ -11,7 +11,7 @@ excluded everywhere.
 
 Four sides, so that each comparison is of equal work:
 
-- ``trainer``: :class:`d5core.training.trainer.Trainer` with ``torch-momentum`` (native
+- ``trainer``: :class:`d5core.lv2.trainer.Trainer` with ``torch-momentum`` (native
   path: bound optimizer, ``native_train_step``) and its default metrics, training
   accuracy included (counted on the device, read once per epoch), no progress bar. An
   epoch is timed from the delivery of ``train.epoch.begin`` to the end of the delivery of
@@ -68,13 +68,13 @@ from _machine import allocator, load, machine
 
 from d5core.bus import TRAIN_EPOCH
 from d5core.levels.metrics import Metric, MetricResult
+from d5core.lv1 import zoo
+from d5core.lv1.runner import executor_by_name, with_loss
+from d5core.lv2.datasets import load_dataset
+from d5core.lv2.samplers import make_sampler
+from d5core.lv2.trainer import StopConditions, Trainer, default_metrics
 from d5core.measure.stats import median_ci, median_ci_coverage
-from d5core.networks import zoo
 from d5core.plugins import get_plugin_manager
-from d5core.runners.networks import executor_by_name, with_loss
-from d5core.training.datasets import load_dataset
-from d5core.training.samplers import make_sampler
-from d5core.training.trainer import StopConditions, Trainer, default_metrics
 
 LR, MOMENTUM = 0.01, 0.9
 

@@ -69,51 +69,16 @@ Level 0: operators
   operator's; ``compare_outputs``: compares arrays with d5's tolerances;
   ``gradcheck``: checks backward against finite differences;
   ``default_grad_outputs``: the output gradients validation uses.
-- ``SlottedOperator``: an ``Operator`` with ONNX input slots and attribute defaults,
-  attribute reading, rank checks and one-line errors: the base of a backend's operators.
-- ``GRAPH_OPERATORS``, ``GraphNodeOperator``, ``graph_operator_classes``, ``one_node``,
-  ``one_node_opset``: operators whose kernel is a graph executor's handling of a
-  one-node ONNX graph (the transformer and recurrent ones, with their output counts),
-  the base they share, their classes made from a backend's base class, and the node and
-  opset of one instance.
-- ``onnx_signature``, ``OperatorSignature``: the inputs (as ``InputSlot`` s) and the
-  attributes, with their defaults, of each ONNX operator d5's backends run.
-- ``InputSlot``: one input of an operator as ONNX names it (float, index or static);
-  ``match_input_slots``, ``check_float_dtypes``, ``check_rank``,
-  ``slot_has_no_gradient``, ``DescribedInput``, ``is_integer_dtype``: checks of an
-  operator's inputs (count, element types, ranks) before a framework sees them;
-  ``check_attribute_names``, ``int_list_attribute``: checks of its attributes.
-- ``integer_values``, ``normalize_axes``, ``reshape_target``, ``flatten_target``,
-  ``transpose_perm``, ``check_concat_shapes``, ``squeeze_axes``, ``unsqueeze_axes``:
-  the ONNX semantics of the shape operators' shape and axes arguments, checked.
-- ``gemm_output_shape``, ``check_per_channel``, ``check_scalar_input``,
-  ``dropout_ratio``, ``check_class_labels``: the input checks of ``Gemm``,
-  ``BatchNormalization``, ``Dropout`` and classification losses.
-- ``SpatialWindow``, ``spatial_window``, ``check_auto_pad``: the window of a Conv,
-  ConvTranspose or pooling operator (kernel, strides, dilations, pads, output sizes)
-  read from its attributes and checked.
-- ``conv_window``, ``conv_transpose_window``, ``TransposedWindow``: the same for ``Conv``
-  and ``ConvTranspose`` given the shapes of X, W and B, with the channel, group and bias
-  checks and (``ConvTranspose``) the output padding, sizes and ``output_shape``;
-  ``average_pool_divisors``: what ``AveragePool`` divides each window's sum by.
-- ``recurrent_attributes``, ``RecurrentAttributes``, ``RecurrentActivationSpec``: the
-  attributes of an ``LSTM`` or ``GRU`` (directions, layout, clip, hidden size, flags and
-  per direction the activations by canonical name, alpha and beta) read with the ONNX
-  defaults and checked; ``RECURRENT_ACTIVATIONS`` (name to
-  ``ActivationDefaults``), ``RECURRENT_DEFAULT_ACTIVATIONS`` and ``RECURRENT_GATES``: the
-  activations ONNX allows with their default parameters, the default activations and the
-  gate count of each layer.
+ONNX helpers (attribute checks, windows, signatures, recurrent attributes,
+``SlottedOperator``, the graph-node operators) are not part of this API: they are the
+library :mod:`d5core.onnx`, versioned on its own. Until plugin API 2.0 their old names
+here still resolve, with a ``DeprecationWarning`` naming their new home.
 
 Level 1: networks
 
 - ``GraphExecutor``: the interface of a ``d5.frameworks`` entry, which runs one network.
-- ``Network``: an ONNX model as d5 passes it to executors.
-- ``node_attributes``: an ONNX node's attributes as Python and numpy values.
-- ``constant_value``: the value of a ``Constant`` or ``ConstantOfShape`` node.
-- ``legacy_broadcast``, ``legacy_broadcast_shape``: the attribute-driven broadcasting of
-  Add, Sub, Mul and Div before opset 7.
-- ``AUTO_PADS``, ``resolve_pads``: the ``auto_pad`` values of Conv and pooling, and the
-  padding they give each spatial axis.
+- ``Network``: an ONNX model as d5 passes it to executors (its home is
+  :mod:`d5core.onnx.network`).
 
 Level 2: training
 
@@ -149,6 +114,7 @@ Reports (``d5 report``; the hook ``d5_report_figures``)
 from __future__ import annotations
 
 import importlib
+import warnings
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -161,6 +127,8 @@ if TYPE_CHECKING:
         MEASURE_SAMPLE,
         OP_BACKWARD,
         OP_FORWARD,
+        RUN_END,
+        RUN_START,
         TEST_PASS,
         TRAIN_EPOCH,
         TRAIN_STEP,
@@ -180,90 +148,30 @@ if TYPE_CHECKING:
         Communicator,
         Compressor,
         DistributedOptimizer,
+        RankLauncher,
         chunk_counts,
         collective_bytes,
     )
-    from d5core.levels.graph_operator import (
-        GRAPH_OPERATORS,
-        GraphNodeOperator,
-        graph_operator_classes,
-        one_node,
-        one_node_opset,
-    )
     from d5core.levels.metrics import Metric, MetricResult
     from d5core.levels.networks import GraphExecutor
-    from d5core.levels.operator_checks import (
-        DescribedInput,
-        InputSlot,
-        check_attribute_names,
-        check_class_labels,
-        check_concat_shapes,
-        check_float_dtypes,
-        check_per_channel,
-        check_rank,
-        check_scalar_input,
-        dropout_ratio,
-        flatten_target,
-        gemm_output_shape,
-        int_list_attribute,
-        integer_values,
-        is_integer_dtype,
-        match_input_slots,
-        normalize_axes,
-        reshape_target,
-        slot_has_no_gradient,
-        squeeze_axes,
-        transpose_perm,
-        unsqueeze_axes,
-    )
-    from d5core.levels.operator_signatures import OperatorSignature, onnx_signature
-    from d5core.levels.operator_windows import (
-        SpatialWindow,
-        TransposedWindow,
-        average_pool_divisors,
-        check_auto_pad,
-        conv_transpose_window,
-        conv_window,
-        spatial_window,
-    )
     from d5core.levels.operators import Operator, OperatorBackend, TensorDescriptor
-    from d5core.levels.recurrent import (
-        RECURRENT_ACTIVATIONS,
-        RECURRENT_DEFAULT_ACTIVATIONS,
-        RECURRENT_GATES,
-        ActivationDefaults,
-        RecurrentActivationSpec,
-        RecurrentAttributes,
-        recurrent_attributes,
+    from d5core.levels.report import (
+        REPORT_SECTIONS,
+        ReportFigure,
+        ReportMeasurement,
+        ReportRun,
     )
-    from d5core.levels.slotted_operator import SlottedOperator
     from d5core.levels.training import (
         CorrectCounter,
         Dataset,
         NativeTraining,
         Optimizer,
         Sampler,
+        load_dataset,
     )
-    from d5core.networks.network import Network
-    from d5core.networks.nodes import (
-        AUTO_PADS,
-        constant_value,
-        legacy_broadcast,
-        legacy_broadcast_shape,
-        node_attributes,
-        resolve_pads,
-    )
+    from d5core.onnx.network import Network
     from d5core.plugins.manager import PluginManager, get_plugin_manager
-    from d5core.report.model import (
-        REPORT_SECTIONS,
-        ReportFigure,
-        ReportMeasurement,
-        ReportRun,
-    )
-    from d5core.runners.reference import reference_name
-    from d5core.training.datasets import load_dataset
-    from d5core.training.distributed import RankLauncher
-    from d5core.training.trainer import RUN_END, RUN_START
+    from d5core.plugins.reference import reference_name
     from d5core.validate import (
         compare_outputs,
         default_grad_outputs,
@@ -277,7 +185,7 @@ _HOMES: dict[str, tuple[str, ...]] = {
     "d5core.errors": ("CheckFailed", "D5Error", "PluginError", "UsageError"),
     "d5core.hookspecs": ("hookimpl", "hookspec"),
     "d5core.plugins.manager": ("PluginManager", "get_plugin_manager"),
-    "d5core.runners.reference": ("reference_name",),
+    "d5core.plugins.reference": ("reference_name",),
     "d5core.bus": (
         "BEGIN",
         "COMM_CALL",
@@ -290,65 +198,15 @@ _HOMES: dict[str, tuple[str, ...]] = {
         "TRAIN_EPOCH",
         "TRAIN_STEP",
         "VALIDATION",
+        "RUN_END",
+        "RUN_START",
         "Event",
         "MetricBus",
         "get_bus",
         "use_bus",
     ),
-    "d5core.training.trainer": ("RUN_END", "RUN_START"),
     "d5core.levels.metrics": ("Metric", "MetricResult"),
     "d5core.levels.operators": ("Operator", "OperatorBackend", "TensorDescriptor"),
-    "d5core.levels.slotted_operator": ("SlottedOperator",),
-    "d5core.levels.graph_operator": (
-        "GRAPH_OPERATORS",
-        "GraphNodeOperator",
-        "graph_operator_classes",
-        "one_node",
-        "one_node_opset",
-    ),
-    "d5core.levels.operator_signatures": ("OperatorSignature", "onnx_signature"),
-    "d5core.levels.recurrent": (
-        "RECURRENT_ACTIVATIONS",
-        "RECURRENT_DEFAULT_ACTIVATIONS",
-        "RECURRENT_GATES",
-        "ActivationDefaults",
-        "RecurrentActivationSpec",
-        "RecurrentAttributes",
-        "recurrent_attributes",
-    ),
-    "d5core.levels.operator_windows": (
-        "SpatialWindow",
-        "TransposedWindow",
-        "average_pool_divisors",
-        "check_auto_pad",
-        "conv_transpose_window",
-        "conv_window",
-        "spatial_window",
-    ),
-    "d5core.levels.operator_checks": (
-        "DescribedInput",
-        "InputSlot",
-        "check_attribute_names",
-        "check_class_labels",
-        "check_concat_shapes",
-        "check_float_dtypes",
-        "check_per_channel",
-        "check_rank",
-        "check_scalar_input",
-        "dropout_ratio",
-        "flatten_target",
-        "gemm_output_shape",
-        "int_list_attribute",
-        "integer_values",
-        "is_integer_dtype",
-        "match_input_slots",
-        "normalize_axes",
-        "reshape_target",
-        "slot_has_no_gradient",
-        "squeeze_axes",
-        "transpose_perm",
-        "unsqueeze_axes",
-    ),
     "d5core.validate": (
         "compare_outputs",
         "default_grad_outputs",
@@ -356,23 +214,15 @@ _HOMES: dict[str, tuple[str, ...]] = {
         "validate_operator",
     ),
     "d5core.levels.networks": ("GraphExecutor",),
-    "d5core.networks.network": ("Network",),
-    "d5core.networks.nodes": (
-        "AUTO_PADS",
-        "constant_value",
-        "legacy_broadcast",
-        "legacy_broadcast_shape",
-        "node_attributes",
-        "resolve_pads",
-    ),
+    "d5core.onnx.network": ("Network",),
     "d5core.levels.training": (
         "CorrectCounter",
         "Dataset",
         "NativeTraining",
         "Optimizer",
         "Sampler",
+        "load_dataset",
     ),
-    "d5core.training.datasets": ("load_dataset",),
     "d5core.levels.distributed": (
         "ANY_SOURCE",
         "ANY_TAG",
@@ -381,11 +231,11 @@ _HOMES: dict[str, tuple[str, ...]] = {
         "Communicator",
         "Compressor",
         "DistributedOptimizer",
+        "RankLauncher",
         "chunk_counts",
         "collective_bytes",
     ),
-    "d5core.training.distributed": ("RankLauncher",),
-    "d5core.report.model": (
+    "d5core.levels.report": (
         "REPORT_SECTIONS",
         "ReportFigure",
         "ReportMeasurement",
@@ -397,19 +247,14 @@ _HOME_OF: dict[str, str] = {name: home for home, names in _HOMES.items() for nam
 __all__ = [
     "ANY_SOURCE",
     "ANY_TAG",
-    "AUTO_PADS",
     "BEGIN",
     "COMM_CALL",
     "END",
     "GRAPH_NODE",
-    "GRAPH_OPERATORS",
     "MEASURE_SAMPLE",
     "OP_BACKWARD",
     "OP_FORWARD",
     "PLUGIN_API_VERSION",
-    "RECURRENT_ACTIVATIONS",
-    "RECURRENT_DEFAULT_ACTIVATIONS",
-    "RECURRENT_GATES",
     "REDUCE_OPS",
     "REPORT_SECTIONS",
     "RUN_END",
@@ -418,7 +263,6 @@ __all__ = [
     "TRAIN_EPOCH",
     "TRAIN_STEP",
     "VALIDATION",
-    "ActivationDefaults",
     "CheckFailed",
     "CommRequest",
     "Communicator",
@@ -426,12 +270,9 @@ __all__ = [
     "CorrectCounter",
     "D5Error",
     "Dataset",
-    "DescribedInput",
     "DistributedOptimizer",
     "Event",
     "GraphExecutor",
-    "GraphNodeOperator",
-    "InputSlot",
     "Metric",
     "MetricBus",
     "MetricResult",
@@ -439,68 +280,27 @@ __all__ = [
     "Network",
     "Operator",
     "OperatorBackend",
-    "OperatorSignature",
     "Optimizer",
     "PluginError",
     "PluginManager",
     "RankLauncher",
-    "RecurrentActivationSpec",
-    "RecurrentAttributes",
     "ReportFigure",
     "ReportMeasurement",
     "ReportRun",
     "Sampler",
-    "SlottedOperator",
-    "SpatialWindow",
     "TensorDescriptor",
-    "TransposedWindow",
     "UsageError",
-    "average_pool_divisors",
-    "check_attribute_names",
-    "check_auto_pad",
-    "check_class_labels",
-    "check_concat_shapes",
-    "check_float_dtypes",
-    "check_per_channel",
-    "check_rank",
-    "check_scalar_input",
     "chunk_counts",
     "collective_bytes",
     "compare_outputs",
-    "constant_value",
-    "conv_transpose_window",
-    "conv_window",
     "default_grad_outputs",
-    "dropout_ratio",
-    "flatten_target",
-    "gemm_output_shape",
     "get_bus",
     "get_plugin_manager",
     "gradcheck",
-    "graph_operator_classes",
     "hookimpl",
     "hookspec",
-    "int_list_attribute",
-    "integer_values",
-    "is_integer_dtype",
-    "legacy_broadcast",
-    "legacy_broadcast_shape",
     "load_dataset",
-    "match_input_slots",
-    "node_attributes",
-    "normalize_axes",
-    "one_node",
-    "one_node_opset",
-    "onnx_signature",
-    "recurrent_attributes",
     "reference_name",
-    "reshape_target",
-    "resolve_pads",
-    "slot_has_no_gradient",
-    "spatial_window",
-    "squeeze_axes",
-    "transpose_perm",
-    "unsqueeze_axes",
     "use_bus",
     "validate_operator",
 ]
@@ -511,10 +311,25 @@ if not TYPE_CHECKING:  # for mypy every name is imported above, and a typo stays
         """Import a public name from its home module on first use (PEP 562)."""
         home = _HOME_OF.get(name)
         if home is None:
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+            return _moved_to_onnx(name)
         value = getattr(importlib.import_module(home), name)
         globals()[name] = value
         return value
+
+
+def _moved_to_onnx(name: str) -> Any:
+    """A name that plugin API 1.6 offered here and :mod:`d5core.onnx` now holds: returned
+    with a ``DeprecationWarning`` until plugin API 2.0 drops it."""
+    onnx = importlib.import_module("d5core.onnx")
+    if name not in onnx.__all__ or name == "ONNX_HELPERS_VERSION":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    warnings.warn(
+        f"d5core.api.{name} has moved to d5core.onnx: import it from there "
+        f"(plugin API 2.0 removes it from d5core.api)",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    return getattr(onnx, name)
 
 
 def __dir__() -> list[str]:

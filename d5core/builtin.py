@@ -1,21 +1,24 @@
-"""d5's own hooks, offered through the same hooks as any plugin's, in two plugins.
+"""d5's own hooks, offered through the same hooks as any plugin's.
 
 - ``core``: this module, registered through d5core's own ``d5.hooks`` entry point like any
   installed plugin (environment facts, the self-check, Slurm's launcher variables).
-- ``builtins``: :data:`CATALOGUES`, d5's entries of the hooks merged by name (zoo models,
-  graph passes, operator suites, learning-rate schedules). Like tox's internal plugins
-  it is registered by every :class:`~d5core.plugins.PluginManager` itself, the empty one
-  of the ``d5_plugin_manager`` test fixture included: they are the names d5 itself
-  understands. Its implementations are ``tryfirst``, so they are called before every
-  ordinary implementation, and on a name a plugin offers too d5's entry is kept and the
-  clash reported, naming both (``docs/plugins/README.md``, "Calling hooks"). Each returns
-  a fresh dict, so that a plugin's wrapper may change what it gets.
+- the internal plugins (:data:`INTERNAL_PLUGINS`): ``builtins``, the kernel's commands and
+  measurement jobs, and one plugin per level package (``builtins.lv0`` ... ``builtins.lv3``,
+  ``builtins.loadgen``, ``builtins.report``), which bring their commands, report figures,
+  worker jobs and catalogues (zoo models, graph passes, operator suites, learning-rate
+  schedules). Like tox's internal plugins they are registered by every
+  :class:`~d5core.plugins.PluginManager` itself, the empty one of the ``d5_plugin_manager``
+  test fixture included: they are what d5 itself understands. Their implementations are
+  ``tryfirst``, so they are called before every ordinary implementation, and on a name a
+  plugin offers too d5's entry is kept and the clash reported, naming both
+  (``docs/plugins/README.md``, "Calling hooks"). Each returns a fresh object, so that a
+  plugin's wrapper may change what it gets.
 """
 
 from __future__ import annotations
 
 import importlib.metadata as md
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from d5core._version import PLUGIN_API_VERSION, __version__
@@ -65,42 +68,62 @@ def d5_plugin_check() -> list[str]:
     return problems
 
 
-# -- the internal plugin: catalogues, imported when their hook is called -------------
+# -- the kernel's internal plugin ------------------------------------------------------
 
 
-class _Catalogues:
-    """d5's entries of the merged hooks (see the module docstring)."""
-
-    @hookimpl(tryfirst=True)
-    def d5_model_zoo(self) -> Mapping[str, Callable[..., Any]]:
-        from d5core.networks.zoo import ZOO
-
-        return dict(ZOO)
+class _Kernel:
+    """The kernel's own entries of the hooks: its commands and its measurement jobs."""
 
     @hookimpl(tryfirst=True)
-    def d5_graph_passes(self) -> Mapping[str, Callable[..., Any]]:
-        from d5core.networks.passes import PASSES
+    def d5_cli_commands(self) -> list[Any]:
+        from d5core.cli.lazy import LazyCommand, LazyGroup
 
-        return dict(PASSES)
+        return [
+            LazyCommand(
+                "list-plugins",
+                "d5core.cli.plugins_cmd:list_plugins",
+                "List installed plugins and their status (metadata only).",
+            ),
+            LazyCommand(
+                "results", "d5core.cli.results_cmd:results", "Browse and compare stored results."
+            ),
+            LazyCommand(
+                "calibrate",
+                "d5core.cli.calibrate_cmd:calibrate",
+                "Measure this machine's noise floor and store it.",
+            ),
+            LazyGroup(
+                "bench",
+                help="Benchmark operators across backends, networks across executors, "
+                "and communication.",
+            ),
+            LazyGroup("validate", help="Validate operators and networks against the reference."),
+        ]
 
     @hookimpl(tryfirst=True)
-    def d5_operator_shape_suites(self) -> Mapping[str, Sequence[Any]]:
-        from d5core.workloads.problems import SUITES
-
-        return dict(SUITES)
-
-    @hookimpl(tryfirst=True)
-    def d5_lr_schedules(self) -> Mapping[str, Callable[..., Any]]:
-        from d5core.training.schedules import BUILTIN_SCHEDULES
-
-        return dict(BUILTIN_SCHEDULES)
-
-    @hookimpl(tryfirst=True)
-    def d5_report_figures(self, runs: Sequence[Any], store: Any) -> list[Any]:
-        from d5core.report.figures import builtin_figures
-
-        return builtin_figures(runs, store)
+    def d5_worker_jobs(self) -> Mapping[str, str]:
+        return {
+            name: f"d5core.measure.standard_jobs:{name}"
+            for name in ("gemm", "copy", "pyloop", "spin")
+        }
 
 
 #: The internal plugin ``d5core:builtins``, registered by every plugin manager.
-CATALOGUES = _Catalogues()
+KERNEL = _Kernel()
+
+#: d5's internal plugins, ``(name, "module[:attribute]")``, registered by every plugin
+#: manager before any installed plugin and whatever the environment selects, as tox
+#: registers its own: one package per level and the kernel's own entries. Each reaches
+#: the kernel only through the hooks it implements (its commands, figures, worker jobs
+#: and catalogues); this list is the one place where the kernel names them. pluggy calls
+#: the plugin registered last first, so the list runs backwards: the kernel's entries
+#: are called first, and level 0's figures come before level 1's.
+INTERNAL_PLUGINS: tuple[tuple[str, str], ...] = (
+    ("builtins.report", "d5core.report.plugin"),
+    ("builtins.lv3", "d5core.lv3.plugin"),
+    ("builtins.lv2", "d5core.lv2.plugin"),
+    ("builtins.loadgen", "d5core.loadgen.plugin"),
+    ("builtins.lv1", "d5core.lv1.plugin"),
+    ("builtins.lv0", "d5core.lv0.plugin"),
+    ("builtins", "d5core.builtin:KERNEL"),
+)

@@ -33,7 +33,7 @@ constant               name                 published when / payload
 
 A training run also publishes ``run.start`` when its clock starts and ``run.end``
 (``status``, ``reason``) when it stops (``RUN_START`` and ``RUN_END`` in
-:mod:`d5core.training.trainer`); docs/metrics.md lists what a metric attached to a run
+:mod:`d5core.lv2.trainer`); docs/metrics.md lists what a metric attached to a run
 sees.
 
 ``level`` is the d5 level an event belongs to (0 operators, 1 networks, 2 training,
@@ -64,6 +64,8 @@ __all__ = [
     "MEASURE_SAMPLE",
     "OP_BACKWARD",
     "OP_FORWARD",
+    "RUN_END",
+    "RUN_START",
     "TEST_PASS",
     "TRAIN_EPOCH",
     "TRAIN_STEP",
@@ -87,6 +89,11 @@ TEST_PASS = "test.pass"
 COMM_CALL = "comm.call"
 MEASURE_SAMPLE = "measure.sample"
 VALIDATION = "validation"
+#: Published once by the trainer, just before the first touch of data: time-to-accuracy
+#: starts here.
+RUN_START = "run.start"
+#: Published once when training ends; payload ``status``, ``reason``.
+RUN_END = "run.end"
 
 #: Suffix of the event that opens a span.
 BEGIN = ".begin"
@@ -404,7 +411,7 @@ def attach_plugins(bus: MetricBus, manager: PluginManager | None = None) -> list
     """Let every plugin subscribe to ``bus`` through the ``d5_bus_subscribe`` hook, once.
 
     This is the hook's one call site. A run calls it on its bus when it starts: the
-    trainer (:class:`~d5core.training.trainer.RunClock`) on a training run's bus, a
+    trainer (:class:`~d5core.lv2.trainer.RunClock`) on a training run's bus, a
     ``d5 bench`` worker and a validation on the process-wide bus. A second call for the
     same bus does nothing and returns the outcomes of the first. A plugin that raises
     is left out and reported (a :class:`~d5core.plugins.PluginWarning`), and the others

@@ -1,5 +1,5 @@
 """The line protocol of d5's worker processes (the measuring worker of
-:mod:`d5core.measure.invocations` and the LoadGen worker of :mod:`d5core.inference`):
+:mod:`d5core.measure.invocations` and the LoadGen worker of :mod:`d5core.loadgen`):
 JSON events, one per line, on a private copy of standard output, while whatever the
 frameworks print goes to standard error.
 

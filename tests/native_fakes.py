@@ -33,7 +33,7 @@ class CallLog:
 
 
 class Counter:
-    """A counter in the shape of :class:`d5core.training.trainer.CorrectCounter`."""
+    """A counter in the shape of :class:`d5core.lv2.trainer.CorrectCounter`."""
 
     def __init__(self, log: CallLog) -> None:
         self.log = log

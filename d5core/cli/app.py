@@ -17,6 +17,7 @@ from typing import Any
 import click
 
 from d5core._version import PLUGIN_API_VERSION, __version__
+from d5core.cli.lazy import LazyCommand, LazyGroup, merge_commands
 from d5core.errors import D5Error
 
 __all__ = ["DEBUG_VAR", "EXIT_INTERNAL", "EXIT_INTERRUPTED", "D5Group", "cli", "main"]
@@ -39,34 +40,13 @@ class _EscapedEOF(Exception):
         self.original = original
 
 
-#: Core commands: name -> "module:attribute", imported only when the command runs or
-#: its help is shown, so that ``d5 --help`` stays fast.
-CORE_COMMANDS: dict[str, str] = {
-    "list-plugins": "d5core.cli.plugins_cmd:list_plugins",
-    "validate": "d5core.cli.validate_cmd:validate",
-    "bench": "d5core.cli.bench_cmd:bench",
-    "results": "d5core.cli.results_cmd:results",
-    "conformance": "d5core.cli.conformance_cmd:conformance",
-    "run": "d5core.cli.run_cmd:run",
-    "calibrate": "d5core.cli.calibrate_cmd:calibrate",
-    "op": "d5core.cli.op_cmd:op",
-    "report": "d5core.cli.report_cmd:report",
-}
-
-
-def _import(path: str) -> Any:
-    import importlib
-
-    module, _, attr = path.partition(":")
-    return getattr(importlib.import_module(module), attr)
-
-
 def _warn(message: str) -> None:
     click.echo(f"d5: warning: {message}", err=True)
 
 
-class D5Group(click.Group):
-    """A group whose commands come from the core table and from plugins' hooks."""
+class D5Group(LazyGroup):
+    """The ``d5`` group: every command comes from the ``d5_cli_commands`` hook, d5's own
+    from its internal plugins, each imported only when it runs or shows its help."""
 
     _plugin_commands: dict[str, click.Command] | None = None
 
@@ -74,26 +54,17 @@ class D5Group(click.Group):
         if self._plugin_commands is None:
             from d5core.plugins import get_plugin_manager
 
-            found: dict[str, click.Command] = {}
-            owner: dict[str, str] = {}
-            for out in get_plugin_manager().call_each("d5_cli_commands"):
-                if out.error is not None:  # reported by the plugin manager
-                    continue
-                for cmd in out.result or ():
-                    name = cmd.name or ""
-                    if name in CORE_COMMANDS or name in found:
-                        taken_by = "d5 itself" if name in CORE_COMMANDS else repr(owner[name])
-                        _warn(
-                            f"plugin {out.plugin!r} offers command {name!r}, already taken by "
-                            f"{taken_by}; skipped"
-                        )
-                        continue
-                    found[name], owner[name] = cmd, out.plugin
-            self._plugin_commands = found
+            offers = [
+                (out.plugin, cmd)
+                for out in get_plugin_manager().call_each("d5_cli_commands")
+                if out.error is None  # a failure is reported by the plugin manager
+                for cmd in out.result or ()
+            ]
+            self._plugin_commands, _ = merge_commands(offers, _warn)
         return self._plugin_commands
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted({*CORE_COMMANDS, *self.commands, *self._from_plugins()})
+        return sorted({*self.commands, *self._from_plugins()})
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -103,11 +74,12 @@ class D5Group(click.Group):
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name in self.commands:
-            return self.commands[cmd_name]
-        if cmd_name in CORE_COMMANDS:
-            cmd: click.Command = _import(CORE_COMMANDS[cmd_name])
-            return cmd
-        return self._from_plugins().get(cmd_name)
+            return super().get_command(ctx, cmd_name)
+        offered = self._from_plugins()
+        found = offered.get(cmd_name)
+        if isinstance(found, LazyCommand):
+            found = offered[cmd_name] = found.load()
+        return found
 
 
 def _debug_wanted(argv: Sequence[str]) -> bool:

@@ -68,15 +68,7 @@ def calibrate(
     never call a change smaller than the floor. docs/measurement.md explains it.
     """
     from d5core.measure.invocations import RoundRecord, parse_cpus
-    from d5core.measure.noise import (
-        BRIEF_PROCESSES,
-        CALIBRATION_PROCESSES,
-        store_calibration,
-    )
-    from d5core.measure.noise import (
-        calibrate as run_calibration,
-    )
-    from d5core.results.store import ResultsStore
+    from d5core.measure.noise import BRIEF_PROCESSES, CALIBRATION_PROCESSES, calibrate_into
 
     pinned = None if cpus is None else parse_cpus(cpus)
     count = processes or (BRIEF_PROCESSES if brief else CALIBRATION_PROCESSES)
@@ -85,11 +77,9 @@ def calibrate(
         if not as_json:
             click.echo(f"d5: calibrating: process {record.index + 1} of {count}", err=True)
 
-    result = run_calibration(
-        processes=count, brief=brief, seed=seed, cpus=pinned, on_process=progress
+    result = calibrate_into(
+        db, processes=count, brief=brief, seed=seed, cpus=pinned, on_process=progress
     )
-    with ResultsStore.open(db) as store:
-        store_calibration(store, result)
     for warning in result.warnings:
         click.echo(f"d5: warning: {warning}", err=True)
     if as_json:

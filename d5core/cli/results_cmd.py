@@ -27,7 +27,7 @@ from d5core.cli.options import db_option, json_option
 from d5core.cli.output import console, json_text, print_json
 from d5core.errors import CheckFailed, UsageError
 from d5core.results.load import LoadAverage, run_load_warnings
-from d5core.results.store import MeasurementRecord, ResultsStore, RunRecord
+from d5core.results.store import MeasurementRecord, RunRecord, read_store
 from d5core.results.tags import check_tag
 
 if TYPE_CHECKING:
@@ -59,8 +59,8 @@ _CSV_COLUMNS = (
 )
 
 
-def _open(db: Path | None) -> ResultsStore:
-    return ResultsStore.open(db, create=False)
+def _open(db: Path | None) -> Any:
+    return read_store(db)
 
 
 def _warn(message: str) -> None:

@@ -26,6 +26,7 @@ from d5core.hookspecs import (
     cli,
     customop,
     distributed,
+    measure,
     metrics,
     networks,
     operators,
@@ -47,6 +48,7 @@ SPEC_MODULES: tuple[ModuleType, ...] = (
     training,
     distributed,
     metrics,
+    measure,
     results,
     report,
     cli,
@@ -61,4 +63,5 @@ MERGED_HOOKS: tuple[str, ...] = (
     "d5_model_zoo",
     "d5_graph_passes",
     "d5_lr_schedules",
+    "d5_worker_jobs",
 )

@@ -18,7 +18,7 @@ __all__ = ["d5_custom_op_glue"]
 def d5_custom_op_glue() -> Any:
     """Offer the glue that builds C++ custom operators into one framework.
 
-    The glue is an object with (see :class:`d5core.customop.glue.CustomOpGlue`):
+    The glue is an object with (see :class:`d5core.lv0.customop.glue.CustomOpGlue`):
 
     - ``name``: the framework's name (``"torch"``), also the backend name under which
       ``d5 validate op --custom`` and ``d5 bench op --custom`` report it;
@@ -33,7 +33,7 @@ def d5_custom_op_glue() -> Any:
       file, to ``#include``), ``include_dir`` (d5's header) and ``unique`` (an
       identifier unique to this source and framework);
     - ``load(artifact, spec) -> kernels``: load the built artifact into this process and
-      return its kernels (:class:`d5core.customop.glue.Kernels`): ``forward``,
+      return its kernels (:class:`d5core.lv0.customop.glue.Kernels`): ``forward``,
       ``backward`` (through the framework's own differentiation), ``prepare_forward``
       and ``prepare_backward`` on numpy arrays and resolved attributes. d5 wraps them
       into a level-0 ``Operator`` and checks the inputs before calling.

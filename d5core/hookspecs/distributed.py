@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from d5core.hookspecs._markers import hookspec, propagates
 
 if TYPE_CHECKING:
-    from d5core.training.distributed import RankLauncher
+    from d5core.levels.distributed import RankLauncher
 
 __all__ = [
     "d5_detect_launcher",
@@ -45,7 +45,7 @@ def d5_rank_launcher() -> RankLauncher | None:
     themselves never call it.
 
     The launcher is any object with the attributes of
-    :class:`~d5core.training.distributed.RankLauncher`:
+    :class:`~d5core.lv3.launch.RankLauncher`:
 
     - ``name``: what the launcher is called in messages (``"mpiexec"``);
     - ``communicator``: the ``d5.communication`` entry the ranks it starts use;

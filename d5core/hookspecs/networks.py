@@ -54,7 +54,7 @@ def d5_graph_passes() -> Mapping[str, Callable[..., Any]] | None:
     is left out and reported as a clash naming both plugins.
 
     No ``d5`` command applies a pass yet: passes are applied from Python with
-    :func:`d5core.networks.passes.apply_pass`, where this hook is called.
+    :func:`d5core.lv1.passes.apply_pass`, where this hook is called.
 
     .. versionadded:: 1.0
     """

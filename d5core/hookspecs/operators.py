@@ -51,7 +51,7 @@ def d5_operator_shape_suites() -> Mapping[str, Sequence[Mapping[str, Any]]] | No
     :return: a mapping from suite name to a sequence of problems; each problem is a
         mapping with at least ``op`` (the operator type) and ``shapes`` (the input shapes),
         and optionally ``attributes``, ``name`` and ``flops``, or a
-        :class:`d5core.workloads.problems.Problem`. ``None`` contributes nothing.
+        :class:`d5core.lv0.workloads.problems.Problem`. ``None`` contributes nothing.
 
     Not firstresult: the mappings of all plugins are merged by name. d5's own suites
     (the DeepBench sets and ``cpu-small``) come before every plugin's ordinary
@@ -72,10 +72,10 @@ def d5_operator_shape_suites() -> Mapping[str, Sequence[Mapping[str, Any]]] | No
 def d5_operator_validated(op_type: str, backend: str, report: Mapping[str, Any]) -> None:
     """Be told the outcome of validating an operator against the reference.
 
-    Called by :func:`d5core.runners.operators.validate_op` (so by ``d5 validate op`` and
+    Called by :func:`d5core.lv0.runner.validate_op` (so by ``d5 validate op`` and
     by any library caller) after every validation, passed or failed, right after the
     ``validation`` event (level 0) is published on the metric bus. Validating a network
-    (``d5 validate net``, :func:`d5core.runners.networks.validate_network`) publishes
+    (``d5 validate net``, :func:`d5core.lv1.runner.validate_network`) publishes
     the same event with level 1 and its report; subscribe to it with
     :func:`d5_bus_subscribe`.
 

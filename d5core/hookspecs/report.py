@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from d5core.hookspecs._markers import hookspec
 
 if TYPE_CHECKING:
-    from d5core.report.model import ReportFigure, ReportRun
+    from d5core.levels.report import ReportFigure, ReportRun
 
 __all__ = ["d5_report_figures"]
 
@@ -28,14 +28,14 @@ def d5_report_figures(runs: Sequence[ReportRun], store: Any) -> Sequence[ReportF
     how to draw: say, a device-utilisation timeline from measurements it stored.
 
     :param runs: every selected run, oldest first, each a
-        :class:`~d5core.report.model.ReportRun` with its environment, measurements
+        :class:`~d5core.levels.report.ReportRun` with its environment, measurements
         (raw samples included) and scalar metrics. Select the runs you draw by
         ``run.kind``, ``run.level`` or the metrics they hold; ignore the others.
     :param store: the :class:`~d5core.results.ResultsStore` the runs were read from,
         for what the runs alone do not hold (d5's history reads the machines' stored
         noise calibrations from it). Read from it only; ``None`` when the runs did not
         come from a store.
-    :return: :class:`~d5core.report.model.ReportFigure` objects (matplotlib figures with
+    :return: :class:`~d5core.levels.report.ReportFigure` objects (matplotlib figures with
         the numbers they draw, a key unique in the report, and the section they belong
         to), or ``None`` when there is nothing to draw. Draw with the ``Agg`` backend
         (``matplotlib.figure.Figure()``, not ``pyplot``): the report saves each figure

@@ -30,7 +30,7 @@ __all__ = ["d5_lr_schedules", "d5_recipe_loaded"]
 def d5_recipe_loaded(recipe: Mapping[str, Any]) -> None:
     """Inspect a recipe after it was parsed and checked, before any work starts.
 
-    Called by :func:`d5core.training.recipes.load_recipe`, once per recipe file loaded
+    Called by :func:`d5core.lv2.recipes.load_recipe`, once per recipe file loaded
     (``d5 run`` loads it once per process, so once per rank of a run on several ranks).
 
     :param recipe: the recipe as loaded from its file, read-only: ``name``, ``path``,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
@@ -21,15 +21,13 @@ from d5core.levels.training import Optimizer
 __all__ = [
     "ANY_SOURCE",
     "ANY_TAG",
-    "BUS_FACTORS",
     "REDUCE_OPS",
     "CommRequest",
     "Communicator",
     "CompletedRequest",
     "Compressor",
     "DistributedOptimizer",
-    "SingleProcessCommunicator",
-    "bus_factor",
+    "RankLauncher",
     "chunk_counts",
     "collective_bytes",
 ]
@@ -42,31 +40,6 @@ ANY_TAG = -1
 REDUCE_OPS: tuple[str, ...] = ("sum", "prod", "max", "min")
 
 _clock = time.perf_counter_ns
-
-
-def bus_factor(op: str, size: int) -> float:
-    """nccl-tests' bus-bandwidth factor of collective ``op`` on ``size`` ranks.
-
-    ``allreduce`` 2(n-1)/n; ``reduce_scatter``, ``allgather``, ``alltoall`` (n-1)/n;
-    ``broadcast``, ``reduce`` (and anything else) 1.
-    """
-    n = size
-    if op == "allreduce":
-        return 2 * (n - 1) / n
-    if op in ("reduce_scatter", "allgather", "alltoall"):
-        return (n - 1) / n
-    return 1.0
-
-
-#: The factors of :func:`bus_factor`, as expressions of ``n``, for documentation.
-BUS_FACTORS: dict[str, str] = {
-    "allreduce": "2(n-1)/n",
-    "reduce_scatter": "(n-1)/n",
-    "allgather": "(n-1)/n",
-    "alltoall": "(n-1)/n",
-    "broadcast": "1",
-    "reduce": "1",
-}
 
 
 def chunk_counts(length: int, size: int) -> list[int]:
@@ -323,75 +296,6 @@ class Communicator(ABC):
         return self._ns / 1e9
 
 
-def _check_op(op: str) -> None:
-    if op not in REDUCE_OPS:
-        raise ValueError(f"unknown reduction {op!r}; expected one of {', '.join(REDUCE_OPS)}")
-
-
-class SingleProcessCommunicator(Communicator):
-    """A job of one rank: every collective returns a copy of its input; counts zero bytes."""
-
-    name = "single"
-
-    @property
-    def rank(self) -> int:
-        return 0
-
-    @property
-    def size(self) -> int:
-        return 1
-
-    def _copy(self, op: str, array: np.ndarray) -> np.ndarray:
-        t0 = _clock()
-        out = np.array(array, copy=True, order="C")
-        self._record(op, 0, 0, t0)
-        return out
-
-    def allreduce(self, array: np.ndarray, op: str = "sum") -> np.ndarray:
-        _check_op(op)
-        return self._copy("allreduce", array)
-
-    def allreduce_inplace(self, array: np.ndarray, op: str = "sum") -> None:
-        _check_op(op)
-        self._record("allreduce", 0, 0, _clock())
-
-    def reduce(self, array: np.ndarray, root: int = 0, op: str = "sum") -> np.ndarray | None:
-        _check_op(op)
-        return self._copy("reduce", array)
-
-    def broadcast(self, array: np.ndarray, root: int = 0) -> np.ndarray:
-        return self._copy("broadcast", array)
-
-    def gather(self, array: np.ndarray, root: int = 0) -> list[np.ndarray] | None:
-        return [self._copy("gather", array)]
-
-    def allgather(self, array: np.ndarray) -> list[np.ndarray]:
-        return [self._copy("allgather", array)]
-
-    def reduce_scatter(self, array: np.ndarray, op: str = "sum") -> np.ndarray:
-        _check_op(op)
-        return self._copy("reduce_scatter", array).reshape(-1)
-
-    def neighbor_exchange(
-        self, array: np.ndarray, neighbors: Sequence[int]
-    ) -> dict[int, np.ndarray]:
-        t0 = _clock()
-        out = {int(n): np.array(array, copy=True, order="C") for n in neighbors}
-        self._record("neighbor_exchange", 0, 0, t0)
-        return out
-
-    def barrier(self) -> None:
-        self._record("barrier", 0, 0, _clock())
-
-    def send(self, array: np.ndarray, dest: int, tag: int = 0) -> None:
-        raise ValueError("a single-process communicator has no other rank to send to")
-
-    def recv_from(
-        self, shape: Sequence[int] | int, dtype: Any, source: int = ANY_SOURCE, tag: int = 0
-    ) -> tuple[np.ndarray, int]:
-        raise ValueError("a single-process communicator has no other rank to receive from")
-
-
 # -------------------------------------------------------------------------
 # Distributed optimizers (level 3): a scheme wrapped around a local optimizer
 # -------------------------------------------------------------------------
@@ -562,3 +466,21 @@ class DistributedOptimizer(Optimizer):
         :meth:`~Communicator.counters` count them, for parameters of ``param_sizes``
         elements each, of ``itemsize`` bytes (default: that of the last step's
         parameters, else 4)."""
+
+
+class RankLauncher(Protocol):
+    """What a communication plugin's ``d5_rank_launcher`` hook returns."""
+
+    @property
+    def name(self) -> str:
+        """The launcher's name in messages and in ``d5_diagnose_rank_failure``."""
+
+    @property
+    def communicator(self) -> str:
+        """The ``d5.communication`` entry the ranks it starts use."""
+
+    def command(self, ranks: int, argv: Sequence[str]) -> Sequence[str]:
+        """The command line that runs ``argv`` on ``ranks`` ranks."""
+
+    def hides(self, line: str) -> bool:
+        """Whether ``line`` of the job's output is the launcher's own noise."""

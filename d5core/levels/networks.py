@@ -13,7 +13,7 @@ from d5core.errors import UsageError
 if TYPE_CHECKING:
     import onnx
 
-    from d5core.networks.network import Network
+    from d5core.onnx.network import Network
 
 __all__ = [
     "GraphExecutor",
@@ -26,7 +26,7 @@ __all__ = [
 class GraphExecutor(ABC):
     """Runs one ONNX network with one framework; registered in ``d5.frameworks``.
 
-    :param network: the :class:`~d5core.networks.Network` to run (an ``onnx.ModelProto``
+    :param network: the :class:`~d5core.onnx.network.Network` to run (an ``onnx.ModelProto``
         is wrapped in one, and checked).
     :param device: where to run it, ``"cpu"`` by default.
 
@@ -54,7 +54,7 @@ class GraphExecutor(ABC):
             cls.trains = cls.inference_and_backprop is not GraphExecutor.inference_and_backprop
 
     def __init__(self, network: Network | onnx.ModelProto, *, device: str = "cpu") -> None:
-        from d5core.networks.network import Network
+        from d5core.onnx.network import Network
 
         self.network = network if isinstance(network, Network) else Network(network)
         self.model = self.network.model

@@ -3,13 +3,66 @@
 
 from __future__ import annotations
 
+import inspect
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 
-__all__ = ["CorrectCounter", "Dataset", "NativeTraining", "Optimizer", "Sampler"]
+from d5core.errors import UsageError
+
+__all__ = [
+    "CHOICE_KEYS",
+    "DATASETS_GROUP",
+    "PROBLEM_KEYS",
+    "RECIPE_KEYS",
+    "CorrectCounter",
+    "Dataset",
+    "NativeTraining",
+    "Optimizer",
+    "Sampler",
+    "check_options",
+    "load_dataset",
+]
+
+#: The entry-point group of datasets: factories ``(split, **options) -> Dataset``.
+DATASETS_GROUP = "d5.datasets"
+
+
+#: Keys that describe the problem: they belong in FIXED and nowhere else.
+PROBLEM_KEYS: dict[str, str] = {
+    "model": "zoo model name or .onnx path",
+    "model_options": "options of the zoo builder (hidden sizes, depth, ...)",
+    "dataset": "dataset name (digits, synthetic_images, cifar10, ...)",
+    "dataset_options": "options of the dataset (root, samples, shape, ...)",
+    "test_dataset_options": "options of the test split, added to dataset_options",
+    "sampler": "sampler name (shuffle, sequential, ...)",
+    "sampler_options": "options of the sampler",
+    "epochs": "epochs at most",
+    "max_steps": "optimisation steps at most",
+    "time_budget": "wall-clock seconds at most",
+    "loss": "the loss function (cross_entropy)",
+    "test_every": '"epoch" or a number of steps',
+    "target_accuracy": "test accuracy that ends training and stops time-to-accuracy",
+    "target_perplexity": "validation perplexity that ends training and stops time-to-perplexity",
+    "patience": "test passes without improvement before stopping",
+}
+#: Keys a competitor chooses: in MUTABLE, or in FIXED where the recipe freezes them.
+CHOICE_KEYS: dict[str, str] = {
+    "executor": "graph executor (numpy, torch, ...)",
+    "optimizer": "optimizer name in d5.optimizers",
+    "lr": "learning rate",
+    "optimizer_options": "optimizer hyperparameters (momentum, betas, weight_decay, ...)",
+    "schedule": "learning-rate schedule spec",
+    "batch_size": "training batch size",
+    "eval_batch_size": "test batch size",
+    "modifiers": "gradient modifiers spec (clipping, weight decay)",
+    "transforms": "training-batch transforms spec",
+    "seed": "the one seed every randomness derives from (--seed overrides)",
+}
+#: Every key a training recipe may set, with its meaning.
+RECIPE_KEYS: dict[str, str] = {**PROBLEM_KEYS, **CHOICE_KEYS}
 
 
 class Dataset(ABC):
@@ -263,3 +316,50 @@ class NativeTraining(Protocol):
         output (detached) and the gradient of every trainable parameter (zeros where the
         loss does not depend on it), nothing converted to numpy."""
         ...
+
+
+def check_options(what: str, factory: Any, options: dict[str, Any], skip: int = 0) -> None:
+    """Raise a one-line :class:`UsageError` when ``factory`` takes no option in ``options``.
+
+    :param skip: leading positional parameters that are not options.
+    """
+    try:
+        params = list(inspect.signature(factory).parameters.values())[skip:]
+    except (TypeError, ValueError):
+        return
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return
+    known = [p.name for p in params if p.kind is not inspect.Parameter.VAR_POSITIONAL]
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        raise UsageError(
+            f"{what} has no option {unknown[0]!r}; its options: {', '.join(known) or 'none'}"
+        )
+    missing = [
+        p.name
+        for p in params
+        if p.default is inspect.Parameter.empty
+        and p.kind in (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        and p.name not in options
+    ]
+    if missing:
+        raise UsageError(f"{what} needs the option {missing[0]!r}")
+
+
+def load_dataset(name: str, split: str = "train", **options: Any) -> Dataset:
+    """The split ``split`` of the dataset ``name``, built with ``options``.
+
+    :raises UsageError: one line, for an unknown dataset (naming the installed ones),
+        an unknown split, an unknown or missing option, or missing or corrupt files.
+    """
+    from d5core.plugins.manager import get_plugin_manager
+
+    factory = get_plugin_manager().load(DATASETS_GROUP, name)
+    check_options(f"dataset {name!r}", factory, options, skip=1)
+    dataset = factory(split, **options)
+    if not isinstance(dataset, Dataset):
+        raise UsageError(
+            f"dataset {name!r} returned {type(dataset).__name__}, not a Dataset; "
+            f"its plugin is broken"
+        )
+    return dataset

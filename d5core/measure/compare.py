@@ -111,9 +111,9 @@ def _ratio_of_medians(baseline: Any, candidate: Any, axis: int = -1) -> Any:
     return np.median(candidate, axis=axis) / np.median(baseline, axis=axis)
 
 
-def _ratio_ci(b: np.ndarray[Any, Any], c: np.ndarray[Any, Any], confidence: float) -> tuple[
-    float, float
-]:
+def _ratio_ci(
+    b: np.ndarray[Any, Any], c: np.ndarray[Any, Any], confidence: float
+) -> tuple[float, float]:
     """Percentile-bootstrap CI of the ratio of medians; the range of ratios below 2 samples."""
     if b.size < 2 or c.size < 2:
         return float(c.min() / b.max()), float(c.max() / b.min())

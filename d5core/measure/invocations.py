@@ -2,7 +2,7 @@
 
 A *job* is a small JSON-able spec (:class:`Job`): a kind and its arguments. The kind
 names a builder, ``"module:function"``, that turns the arguments into the prepared
-zero-argument callable to time (its inputs made beforehand); :data:`JOB_KINDS` maps
+zero-argument callable to time (its inputs made beforehand); :func:`job_kinds` maps
 short names to builders, and a kind may also be a ``"module:function"`` path itself.
 
 :func:`run_invocations` runs *rounds*. Each round starts one fresh worker process
@@ -38,7 +38,6 @@ from d5core.measure.nested import NestedSummary, summarize_nested
 from d5core.measure.stats import Summary
 
 __all__ = [
-    "JOB_KINDS",
     "PROTOCOL_VERSION",
     "Invocations",
     "Job",
@@ -48,6 +47,7 @@ __all__ = [
     "RoundRecord",
     "build_job",
     "check_cpus",
+    "job_kinds",
     "job_target",
     "parse_cpus",
     "run_invocations",
@@ -55,15 +55,6 @@ __all__ = [
 
 #: Version of the JSON exchanged with the worker process.
 PROTOCOL_VERSION = 1
-#: Job kinds: short name -> ``"module:function"`` of the builder.
-JOB_KINDS: dict[str, str] = {
-    "gemm": "d5core.measure.standard_jobs:gemm",
-    "copy": "d5core.measure.standard_jobs:copy",
-    "pyloop": "d5core.measure.standard_jobs:pyloop",
-    "spin": "d5core.measure.standard_jobs:spin",
-    "op": "d5core.runners.jobs:op_job",
-    "net": "d5core.runners.jobs:net_job",
-}
 _WORKER_MODULE = "d5core.measure._worker"
 #: ``-P``: the worker imports d5 and the builders from where this process does, never from
 #: a ``d5core`` folder that happens to lie in the working directory (Python 3.11+).
@@ -75,7 +66,7 @@ _SAFE_PATH: tuple[str, ...] = ("-P",) if sys.version_info >= (3, 11) else ()
 
 @dataclass(frozen=True)
 class Job:
-    """What to measure: a kind (see :data:`JOB_KINDS`), its arguments and a display name."""
+    """What to measure: a kind (see :func:`job_kinds`), its arguments and a display name."""
 
     kind: str
     args: Mapping[str, Any] = field(default_factory=dict)
@@ -111,17 +102,26 @@ class PreparedJob:
     details: Mapping[str, Any] = field(default_factory=dict)
 
 
+def job_kinds() -> dict[str, str]:
+    """Every registered job kind and its ``"module:function"`` builder, from the
+    ``d5_worker_jobs`` hook (d5's own kinds come from its internal plugins)."""
+    from d5core.plugins import get_plugin_manager
+
+    return {str(k): str(v) for k, v in get_plugin_manager().merged("d5_worker_jobs").items()}
+
+
 def job_target(kind: str) -> str:
     """The ``"module:function"`` builder of ``kind``.
 
     :raises UsageError: for a kind that is neither registered nor a ``module:function``.
     """
-    if kind in JOB_KINDS:
-        return JOB_KINDS[kind]
     module, sep, function = kind.partition(":")
     if sep and module and function.isidentifier():
         return kind
-    known = ", ".join(sorted(JOB_KINDS))
+    kinds = job_kinds()
+    if kind in kinds:
+        return kinds[kind]
+    known = ", ".join(sorted(kinds))
     raise UsageError(
         f"unknown job kind {kind!r}; use one of {known}, or a 'module:function' builder"
     )

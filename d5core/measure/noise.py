@@ -70,6 +70,7 @@ __all__ = [
     "NoiseFloor",
     "WorkloadNoise",
     "calibrate",
+    "calibrate_into",
     "ensure_noise_floor",
     "machine_fingerprint",
     "machine_identity",
@@ -293,6 +294,17 @@ def calibrate(
         invocations=runs,
         seed=seed,
     )
+
+
+def calibrate_into(db: Any, **options: Any) -> Calibration:
+    """Run :func:`calibrate` with ``options`` and store the result in the store at ``db``
+    (the default store when ``None``): what ``d5 calibrate`` does."""
+    from d5core.results.store import ResultsStore
+
+    result = calibrate(**options)
+    with ResultsStore.open(db) as store:
+        store_calibration(store, result)
+    return result
 
 
 def store_calibration(store: ResultsStore, calibration: Calibration) -> str:

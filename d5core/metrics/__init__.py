@@ -1,10 +1,11 @@
 """d5's built-in metrics, each a :class:`~d5core.levels.metrics.Metric` in ``d5.metrics``.
 
 One module per family: :mod:`.timing` (wall-clock time, latency, throughput),
-:mod:`.memory`, :mod:`.cpu`, :mod:`.energy`, :mod:`.communication`, :mod:`.accuracy`
-(training, test, final test accuracy, time to accuracy), :mod:`.loss`,
-:mod:`.numerical` and :mod:`.determinism`. Recipes and ``d5 run --metric`` select them,
-and any plugin's, by entry-point name, which is each class's ``name`` (snake_case)
+:mod:`.memory`, :mod:`.cpu`, :mod:`.energy`, :mod:`.numerical` and
+:mod:`.determinism`; the levels bring their own (:mod:`d5core.lv2.metrics`: accuracy,
+loss and perplexity; :mod:`d5core.lv3.communication_metric`). Recipes and
+``d5 run --metric`` select them, and any plugin's, by entry-point name, which is each
+class's ``name`` (snake_case)
 (:mod:`.selection`); ``docs/metrics.md`` documents them.
 
 Classes are imported from their module on first access, so that selecting one metric
@@ -17,52 +18,32 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from d5core.metrics.accuracy import (
-        FinalTestAccuracy,
-        TestAccuracy,
-        TimeToAccuracy,
-        TrainingAccuracy,
-    )
-    from d5core.metrics.communication import CommunicationVolume
     from d5core.metrics.cpu import CPUUtilization
     from d5core.metrics.determinism import Determinism
     from d5core.metrics.energy import Energy
-    from d5core.metrics.loss import LossCurve
     from d5core.metrics.memory import PeakMemory
     from d5core.metrics.numerical import NumericalError
     from d5core.metrics.timing import Latency, Throughput, WallclockTime
 
 __all__ = [
     "CPUUtilization",
-    "CommunicationVolume",
     "Determinism",
     "Energy",
-    "FinalTestAccuracy",
     "Latency",
-    "LossCurve",
     "NumericalError",
     "PeakMemory",
-    "TestAccuracy",
     "Throughput",
-    "TimeToAccuracy",
-    "TrainingAccuracy",
     "WallclockTime",
 ]
 
 _MODULES = {
     "CPUUtilization": "cpu",
-    "CommunicationVolume": "communication",
     "Determinism": "determinism",
     "Energy": "energy",
-    "FinalTestAccuracy": "accuracy",
     "Latency": "timing",
-    "LossCurve": "loss",
     "NumericalError": "numerical",
     "PeakMemory": "memory",
-    "TestAccuracy": "accuracy",
     "Throughput": "timing",
-    "TimeToAccuracy": "accuracy",
-    "TrainingAccuracy": "accuracy",
     "WallclockTime": "timing",
 }
 

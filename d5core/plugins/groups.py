@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from d5core.builtin import INTERNAL_PLUGINS
+
 __all__ = ["COMPONENT_GROUPS", "GROUPS", "HOOKS_GROUP", "INTERNAL_PLUGINS", "Group"]
 
 
@@ -22,10 +24,6 @@ class Group:
 #: ``d5_plugin_api`` range. It is imported whenever d5 starts, so it must stay light.
 HOOKS_GROUP = Group("d5.hooks", "hooks")
 
-#: d5's internal plugins, ``(name, "module:attribute")``: plugin objects of the hooks
-#: group that every plugin manager registers itself, before any other plugin and
-#: whatever the environment selects, as tox registers its own. They are part of d5core.
-INTERNAL_PLUGINS: tuple[tuple[str, str], ...] = (("builtins", "d5core.builtin:CATALOGUES"),)
 
 #: Selectable components, imported only when chosen by name or checked.
 COMPONENT_GROUPS: tuple[Group, ...] = (

@@ -386,7 +386,8 @@ class PluginManager:
         records = []
         for name, value in INTERNAL_PLUGINS:
             module_name, _, attr = value.partition(":")
-            plugin = getattr(importlib.import_module(module_name), attr)
+            module = importlib.import_module(module_name)
+            plugin = getattr(module, attr) if attr else module
             self._add(plugin, f"{_CORE_DISTRIBUTION}:{name}")
             records.append(
                 PluginRecord(

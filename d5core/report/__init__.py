@@ -2,13 +2,13 @@
 (``d5 report``), with PNG and PDF copies of every figure for papers.
 
 The figures are made by the ``d5_report_figures`` hook (d5's own, one module per level,
-come from its internal ``builtins`` plugin); :mod:`d5core.report.model` holds what
+come from its internal ``builtins`` plugin); :mod:`d5core.levels.report` holds what
 they are made of.
 """
 
 from __future__ import annotations
 
-from d5core.report.model import (
+from d5core.levels.report import (
     REPORT_SECTIONS,
     ReportFigure,
     ReportMeasurement,

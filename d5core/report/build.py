@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from d5core.errors import UsageError, one_line
+from d5core.levels.report import REPORT_SECTIONS, ReportFigure, ReportRun
 from d5core.report.document import RenderedFigure, ReportDocument
-from d5core.report.model import REPORT_SECTIONS, ReportFigure, ReportRun
 from d5core.results.store import ResultsStore, RunRecord
 
 if TYPE_CHECKING:

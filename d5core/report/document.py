@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from d5core.report.model import ReportFigure, ReportRun
+from d5core.levels.report import ReportFigure, ReportRun
 
 __all__ = ["RenderedFigure", "ReportDocument"]
 

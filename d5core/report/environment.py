@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from html import escape
 from typing import Any
 
-from d5core.report.model import ReportRun
+from d5core.levels.report import ReportRun
 
 __all__ = [
     "FACT_GROUPS",

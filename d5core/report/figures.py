@@ -1,59 +1,32 @@
-"""d5's own figures: one module per report section, each with a ``figures(runs)``
-function that draws what it knows from the runs it is given and ignores the others.
-
-The internal ``builtins`` plugin hands them to the ``d5_report_figures`` hook
-(:mod:`d5core.builtin`), so d5's figures and a plugin's are collected by the same call.
+"""How d5's internal plugins draw their report sections: each level's ``figures(runs)``
+is called through :func:`section_figures`, so that a section that fails costs only its
+own figures and the report says why.
 """
 
 from __future__ import annotations
 
-import importlib
-import inspect
 import warnings
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
 
-from d5core.report.model import ReportFigure, ReportRun
+from d5core.levels.report import ReportFigure
 
-__all__ = ["FIGURE_MODULES", "FigureWarning", "builtin_figures"]
-
-#: The modules that draw d5's own figures, in the order of the report's sections.
-FIGURE_MODULES: tuple[str, ...] = (
-    "d5core.report.operators",
-    "d5core.report.networks",
-    "d5core.report.inference",
-    "d5core.report.training",
-    "d5core.report.distributed",
-    "d5core.report.conformance",
-    "d5core.report.history",
-)
+__all__ = ["FigureWarning", "section_figures"]
 
 
 class FigureWarning(UserWarning):
     """A section of d5's own figures could not be drawn; the report shows the message."""
 
 
-def builtin_figures(runs: Sequence[ReportRun], store: Any = None) -> list[ReportFigure]:
-    """Every figure d5 itself draws of ``runs``, section by section (``store``: the
-    results store they were read from, which the history reads noise calibrations from).
-
-    A section that fails costs only its own figures: the failure is issued as a
-    :class:`FigureWarning` (one line, naming the section), which the report shows.
-    """
-    drawn: list[ReportFigure] = []
-    for name in FIGURE_MODULES:
-        try:
-            module = importlib.import_module(name)
-            if "store" in inspect.signature(module.figures).parameters:
-                drawn.extend(module.figures(runs, store=store))
-            else:
-                drawn.extend(module.figures(runs))
-        except Exception as exc:
-            message = " ".join(str(exc).split()) or type(exc).__name__
-            section = name.rsplit(".", 1)[-1]
-            warnings.warn(
-                f"d5's {section} figures could not be drawn: {type(exc).__name__}: {message}",
-                FigureWarning,
-                stacklevel=2,
-            )
-    return drawn
+def section_figures(section: str, draw: Callable[[], Sequence[ReportFigure]]) -> list[ReportFigure]:
+    """The figures ``draw()`` makes of d5's section ``section``; none when it raises, the
+    failure then issued as a :class:`FigureWarning` (one line, naming the section)."""
+    try:
+        return list(draw())
+    except Exception as exc:
+        message = " ".join(str(exc).split()) or type(exc).__name__
+        warnings.warn(
+            f"d5's {section} figures could not be drawn: {type(exc).__name__}: {message}",
+            FigureWarning,
+            stacklevel=2,
+        )
+        return []

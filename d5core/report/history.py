@@ -8,7 +8,7 @@ accuracy, ...), told apart by recipe and settings. A series gets a history when 
 two runs hold it.
 
 Each run is drawn at its creation time with the median and confidence interval d5
-stored for it (:meth:`~d5core.report.model.ReportMeasurement.median_ci`); the tick
+stored for it (:meth:`~d5core.levels.report.ReportMeasurement.median_ci`); the tick
 labels name the short git commit where the run knew it, else the date. Consecutive runs
 are judged exactly as ``d5 results compare`` judges them
 (:func:`d5core.results.comparison.compare_measurements`: between worker processes,
@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from d5core.report.model import ReportFigure, ReportMeasurement, ReportRun
+from d5core.levels.report import ReportFigure, ReportMeasurement, ReportRun
 from d5core.report.style import PALETTE, colors_for, new_figure, runs_figure, short_label
 
 if TYPE_CHECKING:

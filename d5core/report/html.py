@@ -27,9 +27,9 @@ from typing import Any
 from urllib.parse import quote
 
 from d5core._version import __version__
+from d5core.levels.report import REPORT_SECTIONS, ReportRun
 from d5core.report.document import RenderedFigure, ReportDocument
 from d5core.report.environment import environment_table, machines_warning, render_environment
-from d5core.report.model import REPORT_SECTIONS, ReportRun
 
 __all__ = ["CONTENT_SECURITY_POLICY", "SECTION_TITLES", "render_html", "sanitize_svg"]
 

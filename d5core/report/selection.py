@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from d5core.errors import UsageError
-from d5core.report.model import level_of
+from d5core.levels.report import level_of
 from d5core.results.store import ResultsStore, RunRecord
 
 __all__ = ["DEFAULT_LAST", "REPORT_KINDS", "describe_selection", "select_runs"]

@@ -13,13 +13,13 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
-from d5core.report.model import ReportFigure
+from d5core.levels.report import ReportFigure
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-    from d5core.report.model import ReportRun
+    from d5core.levels.report import ReportRun
 
 __all__ = [
     "PALETTE",

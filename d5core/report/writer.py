@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from d5core.errors import UsageError, one_line
 
 if TYPE_CHECKING:
-    from d5core.report.model import ReportFigure
+    from d5core.levels.report import ReportFigure
 
 __all__ = [
     "FILE_FORMATS",
@@ -147,7 +147,7 @@ def save_figures(
     this one no longer draws are removed, so the folder holds this report's figures only
     (with no ``formats``, it is not touched).
     Each matplotlib figure is cleared once saved (its data and texts stay with the
-    :class:`~d5core.report.model.ReportFigure`).
+    :class:`~d5core.levels.report.ReportFigure`).
 
     :param jobs: worker processes (``None``: up to :data:`MAX_JOBS`, one per core, none
         while this process runs other threads; 1 saves in this process).

@@ -48,7 +48,7 @@ __all__ = [
 class DescribedMeasurement(Protocol):
     """What names a measurement: a stored
     :class:`~d5core.results.store.MeasurementRecord`, or a report's
-    :class:`~d5core.report.model.ReportMeasurement`."""
+    :class:`~d5core.levels.report.ReportMeasurement`."""
 
     @property
     def metric(self) -> str: ...
@@ -388,7 +388,7 @@ def _thread_counts(run: RunRecord) -> dict[str, ThreadCount]:
 
 def _inference_thread_counts(run: RunRecord) -> dict[str, ThreadCount]:
     """The thread count of each executor of an inference run (``d5 bench net
-    --scenario``), as its worker reported it (:mod:`d5core.inference.store`)."""
+    --scenario``), as its worker reported it (:mod:`d5core.loadgen.store`)."""
     from d5core.measure.fitness import ThreadCount
 
     inference = run.config.get("inference")

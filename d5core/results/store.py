@@ -56,6 +56,7 @@ __all__ = [
     "RunRecord",
     "StoredMeasurement",
     "StoredRun",
+    "read_store",
 ]
 
 #: Every status a run can have. ``running`` until finished; ``incomplete`` when its
@@ -1285,3 +1286,10 @@ def _is_notadb(exc: sqlite3.Error) -> bool:
     if isinstance(code, int):
         return (code & 0xFF) == 26  # SQLITE_NOTADB
     return "not a database" in str(exc).lower()
+
+
+def read_store(path: str | os.PathLike[str] | None = None) -> ResultsStore:
+    """The existing store at ``path`` (the default store when ``None``) opened for the
+    commands that only read it (``d5 results``, ``d5 report``): a missing file is an
+    error, never created."""
+    return ResultsStore.open(path, create=False)

@@ -29,7 +29,7 @@ _EXTRA_BY_KEYS = ("recipe",)
 
 def by_keys() -> list[str]:
     """The keys ``--by`` accepts: every recipe setting, and the recipe itself."""
-    from d5core.training.recipes import ALLOWED_KEYS
+    from d5core.levels.training import RECIPE_KEYS as ALLOWED_KEYS
 
     return sorted({*ALLOWED_KEYS, *_EXTRA_BY_KEYS})
 

@@ -16,9 +16,9 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from d5core.levels.networks import GraphExecutor
-from d5core.networks.network import Network
-from d5core.networks.zoo import LIGHT_MODELS as _LIGHT_PATHS
-from d5core.networks.zoo import light_inputs
+from d5core.lv1.zoo import LIGHT_MODELS as _LIGHT_PATHS
+from d5core.lv1.zoo import light_inputs
+from d5core.onnx.network import Network
 
 __all__ = [
     "assert_gradients_match_central_differences",

@@ -29,7 +29,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from d5core.errors import UsageError
 from d5core.levels.networks import GraphExecutor
-from d5core.networks.network import Network
+from d5core.onnx.network import Network
 
 __all__ = [
     "INTEGER_TYPES",

@@ -1032,8 +1032,8 @@ class OperatorAgreementTests:
         """The path of ``d5 validate op --backend NAME``: the backend loaded by name from
         the ``d5.operators`` group, each operator's default problem, the numpy reference
         (for float32, with the float64 operator for the gradient check)."""
-        from d5core.runners import operators as runner
-        from d5core.workloads import problems
+        from d5core.lv0 import runner as runner
+        from d5core.lv0.workloads import problems
 
         offered = self.operator_types()
         assert set(offered) <= set(problems.DEFAULT_PROBLEMS)

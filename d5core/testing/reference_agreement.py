@@ -28,8 +28,8 @@ import onnx
 import pytest
 
 from d5core.levels.networks import GraphExecutor
-from d5core.networks import zoo
-from d5core.networks.network import Network
+from d5core.lv1 import zoo
+from d5core.onnx.network import Network
 from d5core.testing.networks import (
     assert_matches_light_output,
     cnn,

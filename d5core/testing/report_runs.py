@@ -18,9 +18,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from d5core.report.model import ReportRun
+from d5core.levels.report import ReportRun
+from d5core.lv0.bench_results import by_process, headline, stored_summary
 from d5core.results.store import MeasurementRecord, MetricRecord, ResultsStore
-from d5core.runners.jobs import by_process, headline, stored_summary
 
 __all__ = [
     "nested_headline",

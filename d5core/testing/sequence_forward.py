@@ -1,6 +1,6 @@
 """Plain numpy forwards of the zoo's sequence models, written from their definitions.
 
-:mod:`d5core.networks.zoo_sequence` builds ONNX graphs; these functions compute the
+:mod:`d5core.lv1.zoo_sequence` builds ONNX graphs; these functions compute the
 same models directly from the parameters (by the names the builders give them), with
 no ONNX involved, so a test can tell a wrong graph from a wrong executor: the reference
 executor running the graph must agree with them. They compute in the dtype of the
@@ -82,7 +82,7 @@ def _pre_ln_block(
 def gpt_forward(
     p: _Params, ids: np.ndarray, *, heads: int, tied: bool = False, vocab_last: bool = False
 ) -> np.ndarray:
-    """Logits of :func:`~d5core.networks.zoo_sequence.gpt`: ``(N, vocab, seq)``, or
+    """Logits of :func:`~d5core.lv1.zoo_sequence.gpt`: ``(N, vocab, seq)``, or
     ``(N, seq, vocab)`` with ``vocab_last``."""
     seq = ids.shape[1]
     x = p["embed.tokens"][ids] + p["embed.positions"]
@@ -97,7 +97,7 @@ def gpt_forward(
 def bert_forward(
     p: _Params, ids: np.ndarray, *, heads: int, padding_mask: bool = True
 ) -> np.ndarray:
-    """Logits ``(N, classes)`` of :func:`~d5core.networks.zoo_sequence.bert`."""
+    """Logits ``(N, classes)`` of :func:`~d5core.lv1.zoo_sequence.bert`."""
     x = _layer_norm(p["embed.tokens"][ids] + p["embed.positions"], p, "embed.ln")
     keep = (ids != 0)[:, None, None, :] if padding_mask else None
     for i in range(_layers(p, "layer")):
@@ -109,7 +109,7 @@ def bert_forward(
 
 
 def vit_forward(p: _Params, images: np.ndarray, *, heads: int, patch: int) -> np.ndarray:
-    """Logits ``(N, classes)`` of :func:`~d5core.networks.zoo_sequence.vit`."""
+    """Logits ``(N, classes)`` of :func:`~d5core.lv1.zoo_sequence.vit`."""
     n, c, h, w = images.shape
     tiles = images.reshape(n, c, h // patch, patch, w // patch, patch)
     tokens = np.einsum("ncypxq,dcpq->nyxd", tiles, p["patch.weight"]) + p["patch.bias"]
@@ -147,7 +147,7 @@ def _lstm_direction(
 
 
 def lstm_forward(p: _Params, ids: np.ndarray) -> np.ndarray:
-    """Logits ``(N, classes)`` of :func:`~d5core.networks.zoo_sequence.lstm`."""
+    """Logits ``(N, classes)`` of :func:`~d5core.lv1.zoo_sequence.lstm`."""
     x = p["embed.tokens"][ids].transpose(1, 0, 2)
     last: list[np.ndarray] = []
     for i in range(_layers(p, "lstm")):

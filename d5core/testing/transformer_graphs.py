@@ -38,8 +38,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from d5core.errors import UsageError
-from d5core.levels.graph_operator import GRAPH_OPERATORS
 from d5core.levels.networks import GraphExecutor
+from d5core.onnx.graph_operator import GRAPH_OPERATORS
 from d5core.testing.operator_agreement import (
     CORE_OPERATORS,
     PROPERTIES,

@@ -1,7 +1,7 @@
 """Tell the metric bus and the plugins that a validation finished.
 
-:func:`d5core.runners.operators.validate_op` and
-:func:`d5core.runners.networks.validate_network` call these once per validation, passed
+:func:`d5core.lv0.runner.validate_op` and
+:func:`d5core.lv1.runner.validate_network` call these once per validation, passed
 or failed, so that ``d5 validate`` and library callers alike are heard. The plugins are
 attached to the process-wide bus first (:func:`d5core.bus.attach_plugins`, once per
 bus), so a plugin that subscribes to ``validation`` in ``d5_bus_subscribe`` gets it.

@@ -13,7 +13,7 @@ from d5core.api import hookimpl
 
 __all__ = ["d5_environment_info", "d5_plugin_api", "d5_plugin_check", "d5_thread_settings"]
 
-d5_plugin_api = ">=1.2,<2"
+d5_plugin_api = ">=1.7,<2"
 
 
 @hookimpl

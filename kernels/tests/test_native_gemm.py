@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from d5_kernels import _native, runtime
 
-from d5core.errors import UsageError
+from d5core.api import UsageError
 
 ISAS = pytest.mark.parametrize("isa", runtime.available_isas())
 DTYPES = pytest.mark.parametrize("dtype", ["float32", "float64"])
@@ -158,7 +158,7 @@ def test_conv_forward_and_backward_agree_across_isas(isa, dtype) -> None:
     (within the dtype's rounding)."""
     from d5_kernels.operators import NativeBackend
 
-    from d5core.levels.operators import TensorDescriptor
+    from d5core.api import TensorDescriptor
 
     rng = np.random.default_rng(5)
     x = rng.standard_normal((2, 6, 9, 11)).astype(dtype)

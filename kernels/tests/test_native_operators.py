@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from d5_kernels.operators import NativeBackend
 
-from d5core.levels.operators import TensorDescriptor
+from d5core.api import TensorDescriptor
 from d5core.testing.operator_agreement import (
     Extents,
     OperatorAgreementTests,

@@ -8,9 +8,8 @@ import pytest
 from d5_kernels import plugin, runtime
 from d5_kernels.operators import NativeBackend
 
-from d5core.errors import UsageError
-from d5core.levels.operators import TensorDescriptor
-from d5core.runners.operators import backend_by_name
+from d5core.api import TensorDescriptor, UsageError
+from d5core.testing.operators import backend_by_name
 
 NATIVE = NativeBackend()
 

@@ -12,8 +12,7 @@ import numpy as np
 import pytest
 from d5_kernels.operators import NativeBackend
 
-from d5core.api import UsageError
-from d5core.levels.operators import TensorDescriptor
+from d5core.api import TensorDescriptor, UsageError
 from d5core.testing.operator_agreement import assert_agrees_with_reference, reference_backend
 
 NATIVE = NativeBackend()

@@ -12,10 +12,11 @@ from pathlib import Path
 import pytest
 
 import d5core.api as api
+import d5core.onnx as onnx_helpers
 from d5core import PLUGIN_API_VERSION
 
 #: The plugin API version this surface was pinned at.
-PINNED_VERSION = "1.6"
+PINNED_VERSION = "1.7"
 #: Every public name of d5core.api. Changing the surface is a deliberate edit of this
 #: list and of d5core/_version.py: a name added bumps PLUGIN_API_VERSION's minor number,
 #: one removed or renamed its major number (docs/plugins/README.md, "The plugin API").
@@ -32,21 +33,8 @@ SURFACE = {
     # level 0
     "OperatorBackend", "Operator", "TensorDescriptor", "validate_operator",
     "compare_outputs", "gradcheck", "default_grad_outputs",
-    "InputSlot", "DescribedInput", "match_input_slots", "check_float_dtypes", "check_rank",
-    "slot_has_no_gradient", "is_integer_dtype", "check_attribute_names",
-    "int_list_attribute", "integer_values", "normalize_axes", "reshape_target",
-    "flatten_target", "transpose_perm", "check_concat_shapes", "squeeze_axes",
-    "unsqueeze_axes", "SpatialWindow", "spatial_window", "check_auto_pad",
-    "conv_window", "conv_transpose_window", "TransposedWindow", "average_pool_divisors",
-    "gemm_output_shape", "check_per_channel", "check_scalar_input", "dropout_ratio",
-    "check_class_labels", "onnx_signature", "OperatorSignature", "SlottedOperator",
-    "recurrent_attributes", "RecurrentAttributes", "RecurrentActivationSpec",
-    "RECURRENT_ACTIVATIONS", "ActivationDefaults", "RECURRENT_DEFAULT_ACTIVATIONS",
-    "RECURRENT_GATES", "GRAPH_OPERATORS", "GraphNodeOperator", "graph_operator_classes",
-    "one_node", "one_node_opset",
     # level 1
-    "GraphExecutor", "Network", "node_attributes", "constant_value", "legacy_broadcast",
-    "legacy_broadcast_shape", "AUTO_PADS", "resolve_pads",
+    "GraphExecutor", "Network",
     # level 2
     "Dataset", "load_dataset", "Sampler", "Optimizer", "NativeTraining", "CorrectCounter",
     # level 3
@@ -111,6 +99,89 @@ def test_dir_lists_every_public_name():
 def test_importing_the_api_and_taking_hookimpl_imports_no_numpy_or_onnx():
     code = (
         "import sys; from d5core.api import UsageError, hookimpl, PLUGIN_API_VERSION;"
+        "print(sorted(m for m in ('numpy', 'onnx', 'torch') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+#: The names of the ONNX helper library at its pinned version: a name added bumps
+#: ONNX_HELPERS_VERSION's minor number (d5core/onnx/CHANGELOG.md says which).
+ONNX_PINNED_VERSION = "1.0"
+ONNX_SURFACE = {
+    "AUTO_PADS",
+    "ActivationDefaults",
+    "DescribedInput",
+    "GRAPH_OPERATORS",
+    "GraphNodeOperator",
+    "InputSlot",
+    "OperatorSignature",
+    "RECURRENT_ACTIVATIONS",
+    "RECURRENT_DEFAULT_ACTIVATIONS",
+    "RECURRENT_GATES",
+    "RecurrentActivationSpec",
+    "RecurrentAttributes",
+    "SlottedOperator",
+    "SpatialWindow",
+    "TransposedWindow",
+    "average_pool_divisors",
+    "check_attribute_names",
+    "check_auto_pad",
+    "check_class_labels",
+    "check_concat_shapes",
+    "check_float_dtypes",
+    "check_per_channel",
+    "check_rank",
+    "check_scalar_input",
+    "constant_value",
+    "conv_transpose_window",
+    "conv_window",
+    "dropout_ratio",
+    "flatten_target",
+    "gemm_output_shape",
+    "graph_operator_classes",
+    "int_list_attribute",
+    "integer_values",
+    "is_integer_dtype",
+    "legacy_broadcast",
+    "legacy_broadcast_shape",
+    "match_input_slots",
+    "node_attributes",
+    "normalize_axes",
+    "one_node",
+    "one_node_opset",
+    "onnx_signature",
+    "recurrent_attributes",
+    "reshape_target",
+    "resolve_pads",
+    "slot_has_no_gradient",
+    "spatial_window",
+    "squeeze_axes",
+    "transpose_perm",
+    "unsqueeze_axes",
+}
+
+
+def test_the_onnx_helpers_are_their_own_library_with_their_own_version():
+    assert set(onnx_helpers.__all__) - {"ONNX_HELPERS_VERSION"} == ONNX_SURFACE
+    assert onnx_helpers.ONNX_HELPERS_VERSION == ONNX_PINNED_VERSION
+    assert not ONNX_SURFACE & set(api.__all__)
+    changelog = (Path(onnx_helpers.__file__).parent / "CHANGELOG.md").read_text()
+    assert f"## {ONNX_PINNED_VERSION}" in changelog
+
+
+@pytest.mark.parametrize("name", sorted(ONNX_SURFACE))
+def test_a_helper_of_plugin_api_1_6_still_resolves_from_the_api_with_a_deprecation(name):
+    with pytest.warns(DeprecationWarning, match=rf"d5core\.api\.{name} has moved to d5core\.onnx"):
+        value = getattr(api, name)
+    assert value is getattr(onnx_helpers, name)
+    home = importlib.import_module(onnx_helpers._HOME_OF[name])
+    assert value is getattr(home, name)
+
+
+def test_importing_the_onnx_helpers_imports_no_numpy_or_onnx():
+    code = (
+        "import sys; import d5core.onnx;"
         "print(sorted(m for m in ('numpy', 'onnx', 'torch') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

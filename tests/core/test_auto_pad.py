@@ -8,7 +8,7 @@ import math
 import pytest
 
 from d5core.errors import UsageError
-from d5core.networks.nodes import AUTO_PADS, resolve_pads
+from d5core.onnx.nodes import AUTO_PADS, resolve_pads
 
 
 def test_notset_takes_the_explicit_pads_begins_first():

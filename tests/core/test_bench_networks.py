@@ -11,8 +11,8 @@ from onnx import TensorProto, helper, numpy_helper
 from d5core.bus import GRAPH_NODE, get_bus
 from d5core.errors import UsageError
 from d5core.levels.networks import GraphExecutor
-from d5core.networks.network import Network
-from d5core.runners.networks import (
+from d5core.lv0.workloads import memory
+from d5core.lv1.runner import (
     BREAKDOWN_REPEATS,
     NetworkWorkload,
     layer_breakdown,
@@ -23,7 +23,7 @@ from d5core.runners.networks import (
     samples_in,
     with_loss,
 )
-from d5core.workloads import memory
+from d5core.onnx.network import Network
 
 
 def _conv_model(out_channels: int, size: int, batch: int | str = "N") -> onnx.ModelProto:

@@ -14,8 +14,11 @@ import pytest
 
 from d5core.cli.output import read_json
 from d5core.errors import UsageError
+from d5core.lv0.bench_results import by_process, gather, rate_headline, stored_summary, within_noise
+from d5core.lv0.jobs import op_job, problem_from_json, problem_to_json
+from d5core.lv0.workloads.problems import all_suites, conv_problem
 from d5core.measure.engine import MeasureOptions, measure
-from d5core.measure.invocations import JOB_KINDS, Job, JobResult, ProcessRun, job_target
+from d5core.measure.invocations import Job, JobResult, ProcessRun, job_kinds, job_target
 from d5core.measure.nested import BETWEEN_UNKNOWN
 from d5core.measure.noise import (
     NOISE_FLOOR_ENV,
@@ -23,17 +26,6 @@ from d5core.measure.noise import (
     noise_floor_override,
 )
 from d5core.results.store import ResultsStore
-from d5core.runners.jobs import (
-    by_process,
-    gather,
-    op_job,
-    problem_from_json,
-    problem_to_json,
-    rate_headline,
-    stored_summary,
-    within_noise,
-)
-from d5core.workloads.problems import all_suites, conv_problem
 
 PLUGIN = """
 from d5core.hookspecs import hookimpl
@@ -92,9 +84,9 @@ def _bench(d5_cli, *args):
 # -- item 1: jobs that build in the worker what the in-process path times -------------------
 
 
-def test_op_and_net_are_registered_job_kinds():
-    assert job_target("op") == JOB_KINDS["op"] == "d5core.runners.jobs:op_job"
-    assert job_target("net") == JOB_KINDS["net"] == "d5core.runners.jobs:net_job"
+def test_op_and_net_are_job_kinds_registered_by_their_levels_through_the_hook():
+    assert job_target("op") == job_kinds()["op"] == "d5core.lv0.jobs:op_job"
+    assert job_target("net") == job_kinds()["net"] == "d5core.lv1.jobs:net_job"
 
 
 @pytest.mark.parametrize("name", ["cpu-small", "cpu-small-conv"])
@@ -112,7 +104,7 @@ def test_tuple_attributes_stay_tuples_through_json():
 
 
 def test_the_op_builder_times_the_same_operator_on_the_same_inputs(fake_backend):
-    from d5core.runners.operators import problem_for
+    from d5core.lv0.runner import problem_for
 
     problem = problem_for("Relu", shapes=[(4, 5)])
     prepared = op_job(problem_to_json(problem), "fakerelu", "float32", "forward", 7)

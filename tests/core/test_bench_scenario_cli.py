@@ -10,16 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from d5core.cli.bench_scenario import (
+from d5core.errors import UsageError
+from d5core.loadgen.loadgen import ScenarioResult
+from d5core.loadgen.runner import ExecutorOutcome, failures
+from d5core.loadgen.scenario_cmd import (
     SCENARIO_FLAGS,
-    ExecutorOutcome,
     check_no_scenario_options,
-    failures,
     outcome_table,
 )
-from d5core.errors import UsageError
-from d5core.inference.loadgen import ScenarioResult
-from d5core.inference.settings import ScenarioSettings
+from d5core.loadgen.settings import ScenarioSettings
 
 
 def _bench(d5_cli, db: Path, *args: str):
@@ -135,7 +134,7 @@ def _outcome(
 
 
 def test_failures_name_each_executor_that_makes_the_command_exit_1():
-    from d5core.inference.peak import PeakResult
+    from d5core.loadgen.peak import PeakResult
 
     good = _outcome("numpy", peak=PeakResult("numpy", qps=80.0), accuracy={"passed": True})
     assert failures([good]) == []

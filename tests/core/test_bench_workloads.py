@@ -11,10 +11,10 @@ import pytest
 
 from d5core.cli._parse import parse_list
 from d5core.errors import UsageError
-from d5core.runners.operators import problem_for
-from d5core.workloads import memory, roofline
-from d5core.workloads.problems import DEFAULT_PROBLEMS, parse_shapes, suite
-from d5core.workloads.roofline import Peak
+from d5core.lv0.runner import problem_for
+from d5core.lv0.workloads import memory, roofline
+from d5core.lv0.workloads.problems import DEFAULT_PROBLEMS, parse_shapes, suite
+from d5core.lv0.workloads.roofline import Peak
 
 # -- item 6: GFLOP/s for problems given by shape, Gemm's C optional ------------------
 

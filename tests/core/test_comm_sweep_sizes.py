@@ -8,15 +8,15 @@ import statistics
 import pytest
 
 from d5core.errors import UsageError
-from d5core.results.store import ResultsStore
-from d5core.runners import comm_sweep
-from d5core.runners.comm_sweep import (
+from d5core.lv3 import comm_sweep
+from d5core.lv3.comm_sweep import (
     bandwidths,
     message_sizes,
     parse_ranks,
     store_sweep,
     sweep_rows,
 )
+from d5core.results.store import ResultsStore
 
 
 def test_sizes_grow_four_times_and_end_at_the_largest():

@@ -1,7 +1,7 @@
 """Issue 19: ``d5 results compare`` on two inference runs: the latency samples, the
 LoadGen percentiles, rates and validity by their directions, and warnings when the
 executors ran under other loads or thread counts. Runs are stored by hand through
-:func:`d5core.inference.store.store_scenario`; no LoadGen runs."""
+:func:`d5core.loadgen.store.store_scenario`; no LoadGen runs."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from pathlib import Path
 
 import numpy as np
 
-from d5core.inference.loadgen import ScenarioResult
-from d5core.inference.settings import ScenarioSettings
-from d5core.inference.store import store_scenario
+from d5core.loadgen.loadgen import ScenarioResult
+from d5core.loadgen.settings import ScenarioSettings
+from d5core.loadgen.store import store_scenario
 from d5core.results.comparison import compare_runs
 from d5core.results.store import ResultsStore
 

@@ -167,7 +167,10 @@ def test_without_a_calibration_compare_says_so_and_uses_the_default(tmp_path, d5
     a, b = _ten_percent(db)
     doc, row = _compare(d5_cli, db, a, b)
     assert (doc["noise_floor"]["source"], doc["noise_floor"]["value"]) == ("default", 0.05)
-    assert any("no calibration taken on a quiet machine is stored" in n for n in doc["noise_floor"]["notes"])
+    assert any(
+        "no calibration taken on a quiet machine is stored" in n
+        for n in doc["noise_floor"]["notes"]
+    )
     assert row["verdict"] == "worse"
     table = d5_cli("results", "compare", a, b, "--db", str(db)).stdout
     assert "note: no calibration taken on a quiet machine is stored for machine" in table

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from d5core.customop.runner import custom_problem
-from d5core.customop.spec import parse_spec, read_spec
 from d5core.errors import UsageError
+from d5core.lv0.customop.runner import custom_problem
+from d5core.lv0.customop.spec import parse_spec, read_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "custom_ops" / "bias_gelu.cpp"

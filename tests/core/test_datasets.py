@@ -10,7 +10,7 @@ import pytest
 
 from d5core.errors import UsageError
 from d5core.levels.training import Dataset
-from d5core.training.datasets import ArrayDataset, load_dataset
+from d5core.lv2.datasets import ArrayDataset, load_dataset
 
 
 def _one_line(exc: pytest.ExceptionInfo[BaseException]) -> str:

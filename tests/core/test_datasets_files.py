@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from d5core.errors import UsageError
-from d5core.training.datasets import load_dataset
-from d5core.training.datasets.idx import read_idx
+from d5core.lv2.datasets import load_dataset
+from d5core.lv2.datasets.idx import read_idx
 
 
 def _idx_bytes(array: np.ndarray) -> bytes:

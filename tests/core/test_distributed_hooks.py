@@ -13,9 +13,7 @@ import pytest
 
 from d5core.errors import UsageError
 from d5core.hookspecs import hookimpl
-from d5core.plugins import PluginManager, reset_plugin_manager
-from d5core.testing import FakeSite
-from d5core.training.distributed import (
+from d5core.lv3.launch import (
     COMMUNICATOR_ENV,
     NO_COMMUNICATION_PLUGIN,
     RankContext,
@@ -25,6 +23,8 @@ from d5core.training.distributed import (
     rank_launcher,
     scheme_class,
 )
+from d5core.plugins import PluginManager, reset_plugin_manager
+from d5core.testing import FakeSite
 
 #: A whole "job": writes each rank's heartbeat and (except FAKE_LOSE_RANK's) its exit
 #: status, as d5's ranks do, and prints what the ranks would see.
@@ -150,7 +150,8 @@ def test_a_rank_takes_its_rank_size_and_communicator_from_the_detection(
 
 PLUGIN = """
 from d5core.hookspecs import hookimpl
-from d5core.levels.distributed import DistributedOptimizer, SingleProcessCommunicator
+from d5core.levels.distributed import DistributedOptimizer
+from d5core.lv3.single_process import SingleProcessCommunicator
 from d5core.levels.training import Optimizer
 
 d5_plugin_api = ">=1.0"

@@ -1,5 +1,5 @@
 """The framework-independent part of operators run as a one-node graph
-(d5core.levels.graph_operator): the node, its opset, and the classes made per operator."""
+(d5core.onnx.graph_operator): the node, its opset, and the classes made per operator."""
 
 from __future__ import annotations
 
@@ -9,14 +9,14 @@ import numpy as np
 import onnx
 import pytest
 
-from d5core.levels.graph_operator import (
+from d5core.onnx.graph_operator import (
     GRAPH_OPERATORS,
     GraphNodeOperator,
     graph_operator_classes,
     one_node,
     one_node_opset,
 )
-from d5core.levels.operator_signatures import onnx_signature
+from d5core.onnx.signatures import onnx_signature
 
 
 def test_one_node_names_present_inputs_and_drops_trailing_omitted_ones() -> None:

@@ -200,9 +200,9 @@ def d5_lr_schedules():
 def test_a_plugin_offering_a_builtin_name_is_reported_and_the_builtin_kept(
     d5_site: FakeSite,
 ) -> None:
-    from d5core.networks import zoo
+    from d5core.lv1 import zoo
+    from d5core.lv2.schedules import make_schedule
     from d5core.plugins import reset_plugin_manager
-    from d5core.training.schedules import make_schedule
 
     d5_site.add(
         "d5-plugin-shadow",
@@ -216,15 +216,15 @@ def test_a_plugin_offering_a_builtin_name_is_reported_and_the_builtin_kept(
         schedule = make_schedule({"name": "step", "lr": 1.0, "step_size": 1, "gamma": 0.5})
     assert "clash-only" in names and net.name == "mlp" and schedule(2) == 0.25
     assert sorted(str(w.message) for w in caught) == [
-        "d5_lr_schedules: 'step' is offered by both 'd5core:builtins' and "
-        "'d5-plugin-shadow:shadow'; keeping the one from 'd5core:builtins'",
-        "d5_model_zoo: 'mlp' is offered by both 'd5core:builtins' and "
-        "'d5-plugin-shadow:shadow'; keeping the one from 'd5core:builtins'",
+        "d5_lr_schedules: 'step' is offered by both 'd5core:builtins.lv2' and "
+        "'d5-plugin-shadow:shadow'; keeping the one from 'd5core:builtins.lv2'",
+        "d5_model_zoo: 'mlp' is offered by both 'd5core:builtins.lv1' and "
+        "'d5-plugin-shadow:shadow'; keeping the one from 'd5core:builtins.lv1'",
     ]
 
 
 def test_a_plugin_whose_zoo_raises_is_named_and_the_zoo_still_lists(d5_site: FakeSite) -> None:
-    from d5core.networks import zoo
+    from d5core.lv1 import zoo
     from d5core.plugins import reset_plugin_manager
 
     d5_site.add(
@@ -256,12 +256,12 @@ def test_check_fails_naming_both_plugins_of_a_clash(d5_site: FakeSite, d5_cli) -
     result = d5_cli("list-plugins", "--check")
     assert result.exit_code == 1
     assert (
-        "clash: d5_model_zoo: 'mlp' is offered by both 'd5core:builtins' and "
-        "'d5-plugin-shadow:shadow'; keeping the one from 'd5core:builtins'" in result.stdout
+        "clash: d5_model_zoo: 'mlp' is offered by both 'd5core:builtins.lv1' and "
+        "'d5-plugin-shadow:shadow'; keeping the one from 'd5core:builtins.lv1'" in result.stdout
     )
     assert result.stderr == (
-        "d5: error: plugin check failed for: d5_model_zoo (d5core:builtins and "
-        "d5-plugin-shadow:shadow clash); d5_lr_schedules (d5core:builtins and "
+        "d5: error: plugin check failed for: d5_model_zoo (d5core:builtins.lv1 and "
+        "d5-plugin-shadow:shadow clash); d5_lr_schedules (d5core:builtins.lv2 and "
         "d5-plugin-shadow:shadow clash)\n"
     )
 
@@ -272,7 +272,7 @@ def test_check_fails_naming_both_plugins_of_a_clash(d5_site: FakeSite, d5_cli) -
 def test_loading_a_recipe_shows_it_to_the_plugins_who_may_refuse_it(
     d5_plugin_manager, tmp_path: Path
 ) -> None:
-    from d5core.training.recipes import load_recipe
+    from d5core.lv2.recipes import load_recipe
 
     seen: list[Mapping[str, Any]] = []
 
@@ -300,7 +300,7 @@ def test_loading_a_recipe_shows_it_to_the_plugins_who_may_refuse_it(
 def test_a_training_run_lets_the_plugins_subscribe_to_its_bus_before_it_starts(
     d5_plugin_manager,
 ) -> None:
-    from d5core.training.trainer import RUN_START, RunClock
+    from d5core.lv2.trainer import RUN_START, RunClock
 
     heard: list[str] = []
 
@@ -314,17 +314,26 @@ def test_a_training_run_lets_the_plugins_subscribe_to_its_bus_before_it_starts(
     assert heard == [RUN_START, RUN_START]
 
 
-def test_every_manager_has_the_internal_builtins_plugin_and_nothing_else(
+def test_every_manager_has_the_internal_plugins_of_the_kernel_and_levels_and_nothing_else(
     d5_plugin_manager,
 ) -> None:
-    from d5core.networks import zoo
+    from d5core.lv1 import zoo
     from d5core.plugins.selection import selection_warnings
 
     assert {"mlp", "lenet5", "resnet20"} <= set(zoo.model_names())
-    (rec,) = d5_plugin_manager.records
-    assert (rec.name, rec.distribution, rec.status.value) == ("builtins", "d5core", "ok")
-    assert rec.hooks == ["d5_graph_passes", "d5_lr_schedules", "d5_model_zoo",
-                         "d5_operator_shape_suites", "d5_report_figures"]  # fmt: skip
+    records = {rec.name: rec for rec in d5_plugin_manager.records}
+    assert {(r.distribution, r.status.value) for r in records.values()} == {("d5core", "ok")}
+    assert {name: rec.hooks for name, rec in records.items()} == {
+        "builtins": ["d5_cli_commands", "d5_worker_jobs"],
+        "builtins.lv0": ["d5_cli_commands", "d5_operator_shape_suites", "d5_report_figures",
+                         "d5_worker_jobs"],
+        "builtins.lv1": ["d5_cli_commands", "d5_graph_passes", "d5_model_zoo",
+                         "d5_report_figures", "d5_worker_jobs"],
+        "builtins.lv2": ["d5_cli_commands", "d5_lr_schedules", "d5_report_figures"],
+        "builtins.lv3": ["d5_cli_commands", "d5_report_figures"],
+        "builtins.loadgen": ["d5_report_figures"],
+        "builtins.report": ["d5_cli_commands", "d5_report_figures"],
+    }  # fmt: skip
     assert d5_plugin_manager.hook.d5_environment_info() == []
     (line,) = selection_warnings({"D5_DISABLE_PLUGINS": "builtins"}, [])
     assert "part of d5core, which is always on" in line

@@ -1,4 +1,4 @@
-"""Accuracy mode's checker (d5core.inference.accuracy, issue 19 item 3): the decoder of
+"""Accuracy mode's checker (d5core.loadgen.accuracy, issue 19 item 3): the decoder of
 LoadGen's mlperf_log_accuracy.json on hand-written logs, the per-sample comparison, while
 check_accuracy end to end, which needs the numpy executor, is tested in the integration
 lane (tests/integration/test_inference_accuracy_numpy.py)."""
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from d5core.errors import UsageError
-from d5core.inference.accuracy import (
+from d5core.loadgen.accuracy import (
     ACCURACY_LOG,
     LoggedSample,
     compare_logged,

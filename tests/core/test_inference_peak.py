@@ -1,4 +1,4 @@
-"""Find-peak's search (d5core.inference.peak, issue 19 item 2) against a stand-in for
+"""Find-peak's search (d5core.loadgen.peak, issue 19 item 2) against a stand-in for
 run_scenario whose runs are VALID up to a known QPS: the bracket, the bisection, the
 bound on runs, and that every run made is reported."""
 
@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from d5core.errors import UsageError
-from d5core.inference import loadgen
-from d5core.inference.peak import PeakRun, find_peak
-from d5core.inference.settings import ScenarioSettings
+from d5core.loadgen import loadgen
+from d5core.loadgen.peak import PeakRun, find_peak
+from d5core.loadgen.settings import ScenarioSettings
 
 SERVER = ScenarioSettings("server", latency_bound_ms=10.0, min_duration_s=0.5)
 

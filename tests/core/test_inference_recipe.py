@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from d5core.errors import UsageError
-from d5core.runners.inference_recipe import is_inference_recipe, load_inference_recipe
-from d5core.training.recipes import load_recipe
+from d5core.loadgen.recipe import is_inference_recipe, load_inference_recipe
+from d5core.lv2.recipes import load_recipe
 
 ROOT = Path(__file__).resolve().parents[2]
 GOOD = """kind = "inference"

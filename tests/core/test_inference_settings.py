@@ -16,7 +16,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from d5core.errors import UsageError
-from d5core.inference.loadgen import (
+from d5core.levels.networks import GraphExecutor
+from d5core.loadgen.loadgen import (
     LATENCY_BOUND_CHECK,
     OFFLINE_HEADROOM,
     OFFLINE_SAMPLE_OVERHEAD_S,
@@ -30,7 +31,7 @@ from d5core.inference.loadgen import (
     resolve_settings,
     trace_latencies,
 )
-from d5core.inference.settings import (
+from d5core.loadgen.settings import (
     DEFAULT_SAMPLES_PER_QUERY,
     DEFAULT_SERVER_LATENCY_MS,
     SCENARIOS,
@@ -38,7 +39,7 @@ from d5core.inference.settings import (
     default_threads,
     thread_environment,
 )
-from d5core.inference.store import (
+from d5core.loadgen.store import (
     COMPRESS_ABOVE,
     CONFIG_KEY,
     RUN_KIND,
@@ -48,7 +49,7 @@ from d5core.inference.store import (
     run_name,
     store_scenario,
 )
-from d5core.inference.sut import (
+from d5core.loadgen.sut import (
     InferenceSUT,
     OutputLayout,
     call_batch,
@@ -56,10 +57,9 @@ from d5core.inference.sut import (
     fixed_batch,
     sample_library,
 )
-from d5core.levels.networks import GraphExecutor
-from d5core.networks.network import Network
+from d5core.lv1.runner import load_model
+from d5core.onnx.network import Network
 from d5core.results.store import ResultsStore
-from d5core.runners.networks import load_model
 
 # -- texts LoadGen wrote (summaries trimmed to a few test parameters) ------------------
 

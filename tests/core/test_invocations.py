@@ -12,10 +12,10 @@ import pytest
 from d5core.errors import UsageError
 from d5core.measure.engine import MeasureOptions
 from d5core.measure.invocations import (
-    JOB_KINDS,
     Job,
     PreparedJob,
     build_job,
+    job_kinds,
     job_target,
     parse_cpus,
     run_invocations,
@@ -142,7 +142,7 @@ def test_worker_keeps_its_protocol_clean_of_what_jobs_print() -> None:
 
 
 def test_job_kinds_resolve_to_builders_and_unknown_ones_are_refused() -> None:
-    assert job_target("gemm") == JOB_KINDS["gemm"]
+    assert job_target("gemm") == job_kinds()["gemm"] == "d5core.measure.standard_jobs:gemm"
     assert job_target("my.module:build") == "my.module:build"
     with pytest.raises(UsageError, match="unknown job kind 'nosuch'; use one of copy, gemm"):
         job_target("nosuch")

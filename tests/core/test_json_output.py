@@ -18,7 +18,7 @@ import pytest
 from json_schema_doc import check, sections
 
 from d5core import __version__
-from d5core.cli.app import CORE_COMMANDS, _import
+from d5core.cli.app import cli
 from d5core.cli.output import (
     SCHEMA_VARIANTS,
     SCHEMA_VERSIONS,
@@ -47,15 +47,18 @@ def _json_commands() -> set[str]:
     """Every core command (and subcommand) that takes ``--json``, by path."""
     found: set[str] = set()
 
+    ctx = click.Context(cli)
+
     def walk(cmd: click.Command, path: str) -> None:
         if isinstance(cmd, click.Group):
-            for name, sub in cmd.commands.items():
-                walk(sub, f"{path} {name}")
+            for name in cmd.list_commands(ctx):
+                sub = cmd.get_command(ctx, name)
+                assert sub is not None, f"{path} {name}"
+                walk(sub, f"{path} {name}".strip())
         elif any(p.name == "as_json" for p in cmd.params):
             found.add(path)
 
-    for name, target in CORE_COMMANDS.items():
-        walk(_import(target), name)
+    walk(cli, "")
     return found
 
 

@@ -12,10 +12,10 @@ import pytest
 from qa_plugin import add_qa_plugin
 
 from d5core.errors import UsageError
+from d5core.lv2.assembly import run_metrics
+from d5core.lv2.recipes import check_thresholds, load_recipe
+from d5core.lv2.runner import metric_values
 from d5core.metrics.selection import value_of
-from d5core.runners.training import metric_values
-from d5core.training.assembly import run_metrics
-from d5core.training.recipes import check_thresholds, load_recipe
 
 RECIPE = """
 [fixed]

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from d5core.bus import MetricBus
-from d5core.metrics import Determinism, LossCurve, NumericalError
+from d5core.lv2.metrics import LossCurve
+from d5core.metrics import Determinism, NumericalError
 
 
 def test_numerical_error_computes_the_four_norms_of_one_output():

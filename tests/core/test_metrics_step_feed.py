@@ -15,9 +15,10 @@ import pytest
 
 from d5core.bus import TEST_PASS, TRAIN_EPOCH, TRAIN_STEP, MetricBus
 from d5core.levels.metrics import Metric, MetricResult
-from d5core.metrics import LossCurve, TestAccuracy, Throughput, TrainingAccuracy
+from d5core.lv2.metrics import LossCurve, TestAccuracy, TrainingAccuracy
+from d5core.lv2.trainer import RunClock, default_metrics
+from d5core.metrics import Throughput
 from d5core.metrics._common import StepFeed
-from d5core.training.trainer import RunClock, default_metrics
 
 
 class CountingBus(MetricBus):

@@ -7,14 +7,14 @@ import json
 import pytest
 
 from d5core.bus import COMM_CALL, TEST_PASS, TRAIN_EPOCH, TRAIN_STEP, MetricBus
-from d5core.metrics import (
-    CommunicationVolume,
+from d5core.lv2.metrics import (
     FinalTestAccuracy,
     LossCurve,
     TestAccuracy,
     TimeToAccuracy,
     TrainingAccuracy,
 )
+from d5core.lv3.communication_metric import CommunicationVolume
 
 S = 1_000_000_000
 

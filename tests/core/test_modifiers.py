@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from d5core.errors import UsageError
-from d5core.training.modifiers import (
+from d5core.lv2.modifiers import (
     clip_by_global_norm,
     clip_by_value,
     make_modifiers,
@@ -73,11 +73,23 @@ def test_make_modifiers_of_nothing_returns_gradients_unchanged() -> None:
 @pytest.mark.parametrize(
     ("spec", "message"),
     [
-        ([{"name": "dropout"}], "unknown gradient modifier 'dropout'; available: weight_decay, clip_norm, clip_value"),
-        ([{"name": "clip_norm", "max": 1}], "modifier 'clip_norm' has no option 'max'; its option: max_norm"),
+        (
+            [{"name": "dropout"}],
+            "unknown gradient modifier 'dropout'; available: weight_decay, clip_norm, clip_value",
+        ),
+        (
+            [{"name": "clip_norm", "max": 1}],
+            "modifier 'clip_norm' has no option 'max'; its option: max_norm",
+        ),
         ([{"name": "clip_norm"}], "modifier 'clip_norm' needs option 'max_norm'"),
-        ([{"name": "clip_value", "limit": -1}], "modifier 'clip_value': limit must be positive, not -1"),
-        ([{"name": "weight_decay", "decay": "a"}], "modifier 'weight_decay': decay must be a finite number, not 'a'"),
+        (
+            [{"name": "clip_value", "limit": -1}],
+            "modifier 'clip_value': limit must be positive, not -1",
+        ),
+        (
+            [{"name": "weight_decay", "decay": "a"}],
+            "modifier 'weight_decay': decay must be a finite number, not 'a'",
+        ),
         ({"name": "clip_norm"}, "gradient modifiers are a list of mappings"),
         (["clip_norm"], "gradient modifier #1 must be a mapping, not 'clip_norm'"),
     ],

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from d5core.api import CorrectCounter, NativeTraining
-from d5core.training.trainer import native_capable
+from d5core.lv2.trainer import native_capable
 
 
 class _Native:

@@ -10,7 +10,8 @@ import pytest
 from onnx import TensorProto, helper
 
 from d5core.errors import UsageError
-from d5core.networks import D5_IR_VERSION, Network, ValueInfo, zoo
+from d5core.lv1 import zoo
+from d5core.onnx.network import D5_IR_VERSION, Network, ValueInfo
 
 
 def _chain(nodes: list[onnx.NodeProto], opset: int = 17) -> onnx.ModelProto:

@@ -7,7 +7,7 @@ import pytest
 from onnx import helper, numpy_helper
 
 from d5core.errors import UsageError
-from d5core.networks.nodes import constant_value, node_attributes
+from d5core.onnx.nodes import constant_value, node_attributes
 
 
 def test_constant_of_shape_fills_the_shape_given_by_its_input():

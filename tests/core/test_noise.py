@@ -124,9 +124,7 @@ def test_noise_floor_reads_the_latest_fresh_calibration_of_this_machine(calibrat
         assert len(store.list_runs(kind=CALIBRATION_KIND)) == 1
 
 
-def test_the_first_time_a_machine_is_seen_a_brief_calibration_runs(
-    tmp_path, monkeypatch
-) -> None:
+def test_the_first_time_a_machine_is_seen_a_brief_calibration_runs(tmp_path, monkeypatch) -> None:
     _quiet(monkeypatch)
     told = []
     with _open(tmp_path / "results.sqlite") as store:

@@ -1,16 +1,15 @@
 """The ONNX input, attribute and shape checks that operator backends share
-(``d5core.levels.operator_checks``, exported by ``d5core.api``)."""
+(``d5core.onnx.checks``, exported by ``d5core.api``)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from d5core.api import (
+from d5core.api import TensorDescriptor, UsageError
+from d5core.onnx import (
     DescribedInput,
     InputSlot,
-    TensorDescriptor,
-    UsageError,
     check_attribute_names,
     check_class_labels,
     check_concat_shapes,

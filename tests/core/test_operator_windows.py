@@ -1,5 +1,5 @@
 """The window of Conv, ConvTranspose and pooling read from ONNX attributes
-(``d5core.levels.operator_windows``, exported by ``d5core.api``)."""
+(``d5core.onnx.windows``, exported by ``d5core.api``)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from collections.abc import Sequence
 
 import pytest
 
-from d5core.api import (
+from d5core.api import UsageError
+from d5core.onnx import (
     SpatialWindow,
-    UsageError,
     average_pool_divisors,
     check_auto_pad,
     conv_transpose_window,

@@ -9,14 +9,15 @@ import pytest
 
 from d5core.errors import UsageError
 from d5core.levels.networks import GraphExecutor
-from d5core.networks import Network, zoo
-from d5core.networks.passes import (
+from d5core.lv1 import zoo
+from d5core.lv1.passes import (
     PASSES,
     GraphPass,
     apply_pass,
     graph_passes,
     split_batch,
 )
+from d5core.onnx.network import Network
 
 
 def test_split_batch_splits_batch_feeds_and_copies_the_rest() -> None:

@@ -8,7 +8,7 @@ import math
 import pytest
 
 from d5core.bus import MetricBus
-from d5core.metrics.perplexity import (
+from d5core.lv2.metrics.perplexity import (
     FinalPerplexity,
     TimeToPerplexity,
     ValidationPerplexity,

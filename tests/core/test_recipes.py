@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from d5core.errors import UsageError
-from d5core.training.recipes import check_thresholds, load_recipe, parse_value
+from d5core.lv2.recipes import check_thresholds, load_recipe, parse_value
 
 RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 
@@ -36,7 +36,7 @@ def _write(tmp_path: Path, text: str, name: str = "r.toml") -> Path:
 
 
 def test_shipped_recipes_load():
-    from d5core.runners.inference_recipe import is_inference_recipe, load_inference_recipe
+    from d5core.loadgen.recipe import is_inference_recipe, load_inference_recipe
 
     for path in sorted(RECIPES.glob("*.toml")):
         if is_inference_recipe(path):  # kind = "inference": docs/inference.md

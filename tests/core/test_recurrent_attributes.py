@@ -6,12 +6,12 @@ from typing import Any
 
 import pytest
 
-from d5core.api import (
+from d5core.api import UsageError
+from d5core.onnx import (
     RECURRENT_ACTIVATIONS,
     RECURRENT_DEFAULT_ACTIVATIONS,
     RECURRENT_GATES,
     RecurrentActivationSpec,
-    UsageError,
     onnx_signature,
     recurrent_attributes,
 )

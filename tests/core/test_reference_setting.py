@@ -10,9 +10,9 @@ import pytest
 
 from d5core.errors import UsageError
 from d5core.levels.networks import GraphExecutor
-from d5core.networks import zoo
+from d5core.lv1 import zoo
 from d5core.plugins import PluginManager, reset_plugin_manager
-from d5core.runners.reference import DEFAULT_REFERENCE, REFERENCE_ENV, reference_name
+from d5core.plugins.reference import DEFAULT_REFERENCE, REFERENCE_ENV, reference_name
 from d5core.testing import FakeSite
 
 HOOKS = 'd5_plugin_api = ">=1.0"\n'

@@ -13,10 +13,10 @@ from json_schema_doc import check
 from d5core.api import hookimpl
 from d5core.cli.output import read_json
 from d5core.errors import UsageError
+from d5core.levels.report import ReportFigure
 from d5core.plugins import PluginManager
 from d5core.report import build as report_build
 from d5core.report.build import build_report, figure_family
-from d5core.report.model import ReportFigure
 from d5core.report.selection import select_runs
 from d5core.report.style import new_figure
 from d5core.report.writer import figures_folder, save_figures, svg_markup

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from d5core.cli.conformance_cmd import CONFORMANCE_KIND, store_conformance
-from d5core.networks.conformance import CaseResult, ConformanceReport
-from d5core.report.conformance import CONFORMANCE_SEGMENTS, MAX_BARS, figures
-from d5core.report.model import ReportRun
+from d5core.levels.report import ReportRun
+from d5core.lv1.conformance import CaseResult, ConformanceReport
+from d5core.lv1.conformance_figures import CONFORMANCE_SEGMENTS, MAX_BARS, figures
+from d5core.lv1.conformance_run import CONFORMANCE_KIND, store_conformance
 from d5core.results import ResultsStore
 from d5core.testing.report_runs import report_runs
 

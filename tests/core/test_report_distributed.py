@@ -1,6 +1,6 @@
-"""Level 3 figures (d5core.report.distributed): what they draw is what the store holds.
+"""Level 3 figures (d5core.lv3.figures): what they draw is what the store holds.
 
-``comm`` runs are stored through :func:`d5core.runners.comm_sweep.store_sweep`, as
+``comm`` runs are stored through :func:`d5core.lv3.comm_sweep.store_sweep`, as
 ``d5 bench comm`` stores them; distributed training runs by hand, with the per-rank
 metrics ``d5 run --ranks N`` stores (the core lane has no MPI to run either).
 """
@@ -14,11 +14,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from d5core.levels.distributed import bus_factor
-from d5core.report import distributed
-from d5core.report.model import ReportRun
+from d5core.levels.report import ReportRun
+from d5core.lv3 import figures as distributed
+from d5core.lv3.comm_sweep import bus_factor, store_sweep, sweep_rows
 from d5core.results.store import ResultsStore
-from d5core.runners.comm_sweep import store_sweep, sweep_rows
 from d5core.testing.report_runs import report_runs, stored_metric
 
 
@@ -95,7 +94,7 @@ def store(tmp_path: Path) -> Store:
 
 
 def _sweep(ranks: int, sizes: list[int], seed: int = 0, raw: bool = True) -> dict[str, Any]:
-    """A rank-0 result as :func:`d5core.runners.comm_sweep.rank_sweep` returns it."""
+    """A rank-0 result as :func:`d5core.lv3.comm_sweep.rank_sweep` returns it."""
     rng = np.random.default_rng(seed + ranks)
     entries = []
     for nbytes in sizes:

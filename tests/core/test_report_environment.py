@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from d5core.environment import capture_environment
+from d5core.levels.report import ReportRun
 from d5core.plugins import PluginManager
 from d5core.report.environment import (
     FACT_GROUPS,
@@ -20,7 +21,6 @@ from d5core.report.environment import (
     machines_warning,
     render_environment,
 )
-from d5core.report.model import ReportRun
 from d5core.results.store import ResultsStore
 from d5core.testing.report_runs import report_runs
 

@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
+from d5core.levels.report import ReportFigure, ReportRun
 from d5core.plugins import PluginManager
 from d5core.report.document import RenderedFigure, ReportDocument
 from d5core.report.html import CONTENT_SECURITY_POLICY, render_html, sanitize_svg
-from d5core.report.model import ReportFigure, ReportRun
 from d5core.report.style import draw_distributions, new_figure
 from d5core.results.store import ResultsStore
 from d5core.testing.report_runs import report_runs

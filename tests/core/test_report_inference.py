@@ -1,7 +1,7 @@
 """Issue 19: the report's latency figures of inference runs draw exactly what is stored.
 
 Runs are stored by hand in a temporary database through
-:func:`d5core.inference.store.store_scenario` (the function ``d5 bench net --scenario``
+:func:`d5core.loadgen.store.store_scenario` (the function ``d5 bench net --scenario``
 stores with), from :class:`ScenarioResult` objects built here, then read back as
 ``d5 report`` reads them. No executor or LoadGen runs."""
 
@@ -12,11 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from d5core.inference.loadgen import ScenarioResult
-from d5core.inference.settings import ScenarioSettings
-from d5core.inference.store import store_scenario
-from d5core.report import inference
-from d5core.report.figures import FIGURE_MODULES, builtin_figures
+from d5core.loadgen import figures as inference
+from d5core.loadgen.loadgen import ScenarioResult
+from d5core.loadgen.settings import ScenarioSettings
+from d5core.loadgen.store import store_scenario
+from d5core.plugins import get_plugin_manager
 from d5core.results.store import ResultsStore
 from d5core.testing.report_runs import report_runs, stored_measurement, stored_metric
 
@@ -190,9 +190,12 @@ def test_several_runs_of_a_scenario_are_labelled_by_run(store, tmp_path):
     }
 
 
-def test_the_figures_are_part_of_d5s_own(store, tmp_path):
-    assert "d5core.report.inference" in FIGURE_MODULES
+def test_the_figures_come_from_the_loadgen_packages_internal_plugin(store, tmp_path):
     rng = np.random.default_rng(4)
     rid = _store(store, "lenet5", [_result(tmp_path, "numpy", _spread(rng, 1e-3, 2e-3))])
-    keys = [f.key for f in builtin_figures(report_runs(store, [rid]), store=store)]
+    outcomes = get_plugin_manager().call_each(
+        "d5_report_figures", runs=report_runs(store, [rid]), store=store
+    )
+    drawn = {out.plugin: [f.key for f in out.result or ()] for out in outcomes}
+    keys = drawn["d5core:builtins.loadgen"]
     assert any(k.startswith("inference-latency-") for k in keys)

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from d5core.report import networks
-from d5core.report.model import ReportFigure
+from d5core.levels.report import ReportFigure
+from d5core.lv1 import figures as networks
 from d5core.results.store import ResultsStore
 from d5core.testing.report_runs import (
     nested_headline,

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from d5core.report import operators
-from d5core.report.model import ReportFigure, ReportRun
+from d5core.levels.report import ReportFigure, ReportRun
+from d5core.lv0 import figures as operators
 from d5core.results.store import ResultsStore
 from d5core.testing.report_runs import nested_headline, report_runs, store_nested
 

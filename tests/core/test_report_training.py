@@ -1,6 +1,6 @@
-"""Level 2 figures (d5core.report.training): what they draw is what the store holds.
+"""Level 2 figures (d5core.lv2.figures): what they draw is what the store holds.
 
-The runs are stored by hand, as d5core.training.recording stores ``d5 run``'s (the
+The runs are stored by hand, as d5core.lv2.recording stores ``d5 run``'s (the
 core lane has no executor plugin to train with).
 """
 
@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from d5core.report import training
-from d5core.report.model import ReportRun
+from d5core.levels.report import ReportRun
+from d5core.lv2 import figures as training
 from d5core.results.store import ResultsStore
 from d5core.results.training_table import training_table
 from d5core.testing.report_runs import report_runs, stored_measurement

@@ -201,7 +201,7 @@ def _rows(ttas, accs):
 
 
 def test_repeat_summary_takes_the_true_median_of_an_even_count():
-    from d5core.runners.training import repeat_summary
+    from d5core.lv2.runner import repeat_summary
 
     summary = repeat_summary(_rows([4.0, 1.0, 3.0, 2.0], [0.90, 0.80, 0.96, 0.94]))
     assert summary["time_to_accuracy"]["median"] == 2.5
@@ -213,7 +213,7 @@ def test_repeat_summary_takes_the_true_median_of_an_even_count():
 
 
 def test_repeat_summary_counts_runs_that_missed_the_target_as_infinitely_slow():
-    from d5core.runners.training import repeat_summary
+    from d5core.lv2.runner import repeat_summary
 
     summary = repeat_summary(_rows([1.0, None, 3.0], [0.95, 0.5, 0.95]))
     assert summary["reached_target"] == 2

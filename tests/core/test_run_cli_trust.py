@@ -10,7 +10,7 @@ import pytest
 
 from d5core.cli.app import cli
 from d5core.errors import UsageError
-from d5core.networks.zoo import build
+from d5core.lv1.zoo import build
 from d5core.plugins.records import PluginRecord
 from d5core.plugins.selection import Selection, selection_warnings
 

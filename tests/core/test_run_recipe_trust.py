@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from d5core.errors import UsageError
-from d5core.training import recipes
-from d5core.training.recipes import load_recipe, run_hash
+from d5core.lv2 import recipes
+from d5core.lv2.recipes import load_recipe, run_hash
 
 GOOD = """
 [fixed]
@@ -94,7 +94,7 @@ def test_the_stored_hash_changes_with_the_data_read():
 def test_a_python_recipe_cannot_patch_d5_to_let_a_fixed_key_through(tmp_path):
     path = _write(
         tmp_path,
-        "import d5core.training.recipes as r\n"
+        "import d5core.lv2.recipes as r\n"
         "r.Recipe.settable = lambda self: ['epochs']\n"
         "r.Recipe.with_overrides = lambda self, sets: self\n"
         "r.PROBLEM_KEYS.clear()\n" + PY_SECTIONS,

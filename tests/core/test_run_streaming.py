@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from d5core.errors import UsageError
+from d5core.lv2.recording import RunRecorder
+from d5core.lv2.trainer import Curves
 from d5core.results.store import ResultsStore
-from d5core.training.recording import RunRecorder
-from d5core.training.trainer import Curves
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import pytest
 
 from d5core.errors import UsageError
 from d5core.levels.training import Sampler
-from d5core.training.samplers import (
+from d5core.lv2.samplers import (
     BucketSampler,
     ChoiceSampler,
     PartitionedSampler,

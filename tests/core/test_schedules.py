@@ -7,7 +7,7 @@ import math
 import pytest
 
 from d5core.errors import UsageError
-from d5core.training.schedules import (
+from d5core.lv2.schedules import (
     constant,
     cosine,
     from_callable,
@@ -65,8 +65,12 @@ def test_make_schedule_builds_a_named_schedule_and_fills_total_steps() -> None:
 
 def test_make_schedule_wraps_a_nested_spec_in_warmup() -> None:
     s = make_schedule(
-        {"name": "warmup", "schedule": {"name": "cosine", "lr": 1.0}, "warmup_steps": 2,
-         "start_factor": 0.0},
+        {
+            "name": "warmup",
+            "schedule": {"name": "cosine", "lr": 1.0},
+            "warmup_steps": 2,
+            "start_factor": 0.0,
+        },
         total_steps=4,
     )
     assert s(0) == 0.0
@@ -78,7 +82,10 @@ def test_make_schedule_wraps_a_nested_spec_in_warmup() -> None:
     ("spec", "message"),
     [
         ({"name": "bogus", "lr": 1}, "unknown learning-rate schedule 'bogus'; available: "),
-        ({"name": "step", "lr": 1, "step_size": 2, "gama": 0.1}, "schedule 'step' has no option 'gama'"),
+        (
+            {"name": "step", "lr": 1, "step_size": 2, "gama": 0.1},
+            "schedule 'step' has no option 'gama'",
+        ),
         ({"name": "cosine", "lr": 1}, "schedule 'cosine': "),
         ({"name": "step", "lr": 1, "step_size": 0}, "schedule 'step': step_size must be positive"),
         ("fast", "a learning-rate schedule is a number or a mapping"),
@@ -93,7 +100,7 @@ def test_make_schedule_errors_are_one_line(spec: object, message: str) -> None:
 
 
 def test_make_schedule_uses_schedules_offered_by_plugins(monkeypatch: pytest.MonkeyPatch) -> None:
-    import d5core.training.schedules as schedules
+    import d5core.lv2.schedules as schedules
 
     def fake_available() -> dict[str, object]:
         return {**schedules.BUILTIN_SCHEDULES, "halving": lambda lr: lambda t: lr / 2**t}

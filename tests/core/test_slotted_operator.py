@@ -9,7 +9,8 @@ from typing import Any, ClassVar
 import numpy as np
 import pytest
 
-from d5core.api import InputSlot, SlottedOperator, UsageError, onnx_signature
+from d5core.api import UsageError
+from d5core.onnx import InputSlot, SlottedOperator, onnx_signature
 
 
 class Scale(SlottedOperator):

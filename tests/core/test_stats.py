@@ -90,8 +90,13 @@ def test_no_outliers_in_evenly_spread_samples() -> None:
 
 @pytest.mark.parametrize(
     ("spread", "label"),
-    [(0.05, "stable"), (0.10, "stable"), (0.15, "unstable"), (0.25, "unstable"),
-     (0.30, "very unstable")],
+    [
+        (0.05, "stable"),
+        (0.10, "stable"),
+        (0.15, "unstable"),
+        (0.25, "unstable"),
+        (0.30, "very unstable"),
+    ],
 )
 def test_stability_follows_iqr_over_median(spread: float, label: str) -> None:
     # Quartiles of 5 samples are the 2nd and 4th: IQR/median is exactly ``spread``, so

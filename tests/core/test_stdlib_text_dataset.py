@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from d5core.errors import UsageError
-from d5core.training.datasets import data_manifest, load_dataset
-from d5core.training.datasets.stdlib_text import (
+from d5core.lv2.datasets import data_manifest, load_dataset
+from d5core.lv2.datasets.stdlib_text import (
     ASCII_UNKNOWN,
     VOCABULARIES,
     decode,

@@ -13,9 +13,10 @@ import pytest
 from native_fakes import BATCH, SIZE, Data, Executor, Logits, Optimizer
 
 from d5core.bus import TRAIN_EPOCH, TRAIN_STEP, Event, MetricBus
-from d5core.metrics import LossCurve, Throughput
-from d5core.training.samplers import make_sampler
-from d5core.training.trainer import StopConditions, Trainer
+from d5core.lv2.metrics import LossCurve
+from d5core.lv2.samplers import make_sampler
+from d5core.lv2.trainer import StopConditions, Trainer
+from d5core.metrics import Throughput
 
 
 def _run(executor: Executor, **options: Any) -> tuple[Any, list[Event], list[Event]]:

@@ -15,10 +15,11 @@ import pytest
 from native_fakes import BATCH, SIZE, Data, Executor, NumpySGD, Optimizer
 
 from d5core.bus import BEGIN, END, TEST_PASS, TRAIN_EPOCH, TRAIN_STEP, Event, MetricBus
-from d5core.metrics import LossCurve, Throughput, TrainingAccuracy, WallclockTime
+from d5core.lv2.metrics import LossCurve, TrainingAccuracy
+from d5core.lv2.samplers import make_sampler
+from d5core.lv2.trainer import RunClock, StopConditions, Trainer, default_metrics
+from d5core.metrics import Throughput, WallclockTime
 from d5core.metrics._common import StepBlock, StepFeed
-from d5core.training.samplers import make_sampler
-from d5core.training.trainer import RunClock, StopConditions, Trainer, default_metrics
 
 STEPS_PER_EPOCH = -(-SIZE // BATCH)  # 7, the last of 2 samples
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from d5core.errors import UsageError
-from d5core.training.transforms import (
+from d5core.lv2.transforms import (
     Compose,
     Cutout,
     Normalize,

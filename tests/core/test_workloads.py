@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from d5core.errors import UsageError
-from d5core.workloads import roofline
-from d5core.workloads.problems import (
+from d5core.lv0.workloads import roofline
+from d5core.lv0.workloads.problems import (
     DEFAULT_PROBLEMS,
     SUITES,
     conv_problem,

@@ -7,9 +7,9 @@ import math
 import pytest
 
 from d5core.errors import UsageError
-from d5core.workloads import bandwidth, roofline
-from d5core.workloads.bandwidth import Bandwidth, compulsory_bytes, output_bytes
-from d5core.workloads.problems import DEFAULT_PROBLEMS, InputSpec, Problem, gemm_problem
+from d5core.lv0.workloads import bandwidth, roofline
+from d5core.lv0.workloads.bandwidth import Bandwidth, compulsory_bytes, output_bytes
+from d5core.lv0.workloads.problems import DEFAULT_PROBLEMS, InputSpec, Problem, gemm_problem
 
 
 def test_the_override_is_read_in_gb_per_second(monkeypatch):

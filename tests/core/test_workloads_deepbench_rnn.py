@@ -8,9 +8,9 @@ from collections import Counter
 import pytest
 
 from d5core.errors import UsageError
-from d5core.runners.jobs import problem_from_json, problem_to_json
-from d5core.workloads.deepbench import RNN_INFERENCE_DEVICE, RNN_INFERENCE_SERVER, RNN_TRAINING
-from d5core.workloads.problems import (
+from d5core.lv0.jobs import problem_from_json, problem_to_json
+from d5core.lv0.workloads.deepbench import RNN_INFERENCE_DEVICE, RNN_INFERENCE_SERVER, RNN_TRAINING
+from d5core.lv0.workloads.problems import (
     DEFAULT_PROBLEMS,
     SUITES,
     count_flops,

@@ -7,7 +7,8 @@ import onnx
 import pytest
 
 from d5core.errors import UsageError
-from d5core.networks import D5_IR_VERSION, D5_OPSET, Network, zoo
+from d5core.lv1 import zoo
+from d5core.onnx.network import D5_IR_VERSION, D5_OPSET, Network
 
 REFERENCE_OPS = {
     "Gemm", "MatMul", "Conv", "ConvTranspose", "Relu", "LeakyRelu", "Sigmoid", "Tanh",

@@ -11,9 +11,10 @@ import onnx
 import pytest
 
 from d5core.errors import UsageError
-from d5core.networks import D5_IR_VERSION, D5_OPSET, Network, zoo
-from d5core.networks import zoo_sequence as zs
-from d5core.runners.networks import make_feeds, with_loss
+from d5core.lv1 import zoo
+from d5core.lv1 import zoo_sequence as zs
+from d5core.lv1.runner import make_feeds, with_loss
+from d5core.onnx.network import D5_IR_VERSION, D5_OPSET, Network
 from d5core.testing.sequence_forward import TINY
 
 SEQUENCE = ("bert", "gpt", "vit", "lstm")

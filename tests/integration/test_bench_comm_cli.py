@@ -8,8 +8,8 @@ import json
 import pytest
 from json_schema_doc import check
 
-from d5core.report import distributed
-from d5core.report.model import ReportRun
+from d5core.levels.report import ReportRun
+from d5core.lv3 import figures as distributed
 from d5core.results.store import ResultsStore
 
 pytestmark = pytest.mark.usefixtures("mpi_env")

@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 
 from d5core.cli.output import read_json
+from d5core.lv0.jobs import op_job, problem_to_json
+from d5core.lv1.jobs import net_job
 from d5core.results.store import ResultsStore
-from d5core.runners.jobs import net_job, op_job, problem_to_json
 
 
 @pytest.fixture
@@ -18,7 +19,7 @@ def db(tmp_path, monkeypatch):
 
 
 def test_the_torch_op_job_times_what_the_in_process_path_prepares():
-    from d5core.runners.operators import backend_by_name, build_operator, prepare, problem_for
+    from d5core.lv0.runner import backend_by_name, build_operator, prepare, problem_for
 
     problem = problem_for("Gemm", shapes=[(8, 4), (4, 3), (3,)])
     inputs = problem.make_inputs("float32", 3)

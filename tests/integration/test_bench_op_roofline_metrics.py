@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from d5core.cli.output import read_json
-from d5core.report import operators
-from d5core.report.model import ReportRun
+from d5core.levels.report import ReportRun
+from d5core.lv0 import figures as operators
 from d5core.results.store import ResultsStore
 
 

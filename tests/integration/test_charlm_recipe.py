@@ -18,8 +18,8 @@ import tomllib
 from json_schema_doc import check
 
 from d5core.cli.output import read_json
+from d5core.lv2.recipes import load_recipe
 from d5core.results.store import ResultsStore
-from d5core.training.recipes import load_recipe
 
 RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 RECIPE = RECIPES / "charlm-stdlib.toml"
@@ -61,7 +61,7 @@ def _tiny(tmp_path: Path, name: str = "charlm-tiny", *, timed: bool = True, **ch
 
 
 def _curve(recipe: Path, sets: list[str], seed: int) -> tuple[list[float], list[float]]:
-    from d5core.training.assembly import prepare
+    from d5core.lv2.assembly import prepare
 
     result = prepare(recipe, sets, seed).trainer.run()
     return [float(p["perplexity"]) for p in result.test_curve], result.losses

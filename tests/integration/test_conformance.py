@@ -11,7 +11,7 @@ import pytest
 
 from d5core.cli.output import read_json
 from d5core.errors import UsageError
-from d5core.networks.conformance import (
+from d5core.lv1.conformance import (
     ConformanceReport,
     check_baseline,
     node_cases,
@@ -223,7 +223,7 @@ def test_baseline_from_other_versions_is_named_in_a_warning(d5_cli, tmp_path) ->
 
 
 def test_recorded_baseline_keeps_the_versions_it_was_counted_with(tmp_path) -> None:
-    from d5core.networks.conformance import update_baseline
+    from d5core.lv1.conformance import update_baseline
 
     report = run_conformance("onnxruntime", pattern="^test_relu$")
     report.pattern = None  # recorded as if complete: only the versions matter here

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from d5core.runners.operators import problem_for, validate_op
+from d5core.lv0.runner import problem_for, validate_op
 
 OPERATORS = """
 import numpy as np

@@ -102,7 +102,7 @@ def test_the_ranks_end_within_5_s_of_a_signal_to_their_parent(tmp_path, sig, mpi
 
 _WATCHER = """
 import sys, time
-from d5core.training.distributed import RankContext
+from d5core.lv3.launch import RankContext
 RankContext(0, 2, None).watch_parent(sys.argv[1])
 time.sleep(60)
 """
@@ -136,7 +136,7 @@ def test_a_rank_ignores_a_parent_on_another_host():
 
 _MIDDLE = """
 import subprocess, sys
-from d5core.training.distributed import _die_with_parent
+from d5core.lv3.launch import _die_with_parent
 child = subprocess.Popen(["sleep", "60"], preexec_fn=_die_with_parent())
 print(child.pid, flush=True)
 sys.stdin.read()
@@ -160,7 +160,7 @@ def test_mpiexec_gets_sigterm_when_its_parent_is_killed():
 
 
 def test_watch_directories_of_dead_parents_are_swept(tmp_path, monkeypatch):
-    from d5core.training.distributed import _process_start, _sweep_watch_directories
+    from d5core.lv3.launch import _process_start, _sweep_watch_directories
 
     monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
     dead = subprocess.Popen(["sleep", "30"])

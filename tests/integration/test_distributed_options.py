@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from d5core.errors import UsageError
+from d5core.lv3.launch import check_rank_options
 from d5core.plugins import get_plugin_manager
-from d5core.training.distributed import check_rank_options
 
 RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "digits-mlp.toml"
 D5 = Path(sys.executable).with_name("d5")

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from d5core.training.distributed import NO_COMMUNICATION_PLUGIN
+from d5core.lv3.launch import NO_COMMUNICATION_PLUGIN
 
 RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "digits-mlp.toml"
 D5 = Path(sys.executable).with_name("d5")

@@ -19,8 +19,8 @@ import onnx
 import pytest
 
 from d5core.cli.output import read_json
-from d5core.networks import Network
-from d5core.runners.networks import executor_by_name, make_feeds
+from d5core.lv1.runner import executor_by_name, make_feeds
+from d5core.onnx.network import Network
 
 EXECUTORS = ("numpy", "torch", "onnxruntime", "tensorflow")
 MODELS = ("bert", "gpt2")

@@ -9,7 +9,7 @@ tiny sizes, and the test asserts that each hook fired, naming those that did not
 The merged hooks are also called by ``d5 list-plugins --check``; that step does not
 count for them, so each must also fire where it is used. One hook has no ``d5``
 command that reaches it yet and is called from Python: ``d5_graph_passes``
-(:func:`~d5core.networks.passes.apply_pass`). The memory hooks fire in a run that
+(:func:`~d5core.lv1.passes.apply_pass`). The memory hooks fire in a run that
 selects the ``peak_memory`` metric (``d5 run --metric peak_memory``).
 """
 
@@ -62,7 +62,7 @@ class SpyRelu(Operator):
 
 
 def _spy_mlp(**options):
-    from d5core.networks.zoo import mlp
+    from d5core.lv1.zoo import mlp
 
     return mlp(**options)
 
@@ -190,8 +190,8 @@ def test_every_hook_fires_in_a_demo_like_flow(tmp_path, monkeypatch) -> None:
         d5("run", str(recipe), "--ranks", "2", "--scheme", "nope", "--db", str(db), code=2)
 
     # In this process: what no command reaches yet.
-    from d5core.networks.passes import apply_pass
-    from d5core.networks.zoo import build
+    from d5core.lv1.passes import apply_pass
+    from d5core.lv1.zoo import build
     from d5core.plugins import reset_plugin_manager
 
     monkeypatch.syspath_prepend(str(site))

@@ -1,4 +1,4 @@
-"""check_accuracy (d5core.inference.accuracy, issue 19 item 3) end to end on logs written
+"""check_accuracy (d5core.loadgen.accuracy, issue 19 item 3) end to end on logs written
 from the numpy executor's own outputs, and the wrong-executor fixture's outputs against
 the numpy executor's: both need the numpy plugin, which the core lane does not have."""
 
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from d5core.errors import UsageError
-from d5core.inference.accuracy import ACCURACY_LOG, check_accuracy, reference_outputs
+from d5core.loadgen.accuracy import ACCURACY_LOG, check_accuracy, reference_outputs
 
 
 def _write(path: Path, entries: list[dict[str, object]]) -> Path:
@@ -25,10 +25,10 @@ def _write(path: Path, entries: list[dict[str, object]]) -> Path:
 def _accuracy_run(tmp_path: Path, offset: float, *, mode: str = "accuracy"):
     """A ScenarioResult of an accuracy run whose log holds the numpy executor's outputs
     for every sample of the seeded library, plus ``offset``."""
-    from d5core.inference.loadgen import ScenarioResult
-    from d5core.inference.settings import ScenarioSettings
-    from d5core.inference.sut import sample_library
-    from d5core.runners.networks import executor_by_name, load_model
+    from d5core.loadgen.loadgen import ScenarioResult
+    from d5core.loadgen.settings import ScenarioSettings
+    from d5core.loadgen.sut import sample_library
+    from d5core.lv1.runner import executor_by_name, load_model
 
     settings = ScenarioSettings("offline", mode=mode, performance_sample_count=12, seed=3)
     network = load_model("lenet5")
@@ -99,7 +99,7 @@ WRONGEXEC = Path(__file__).resolve().parents[1] / "fixtures" / "wrong-executor"
 
 @pytest.mark.parametrize("offset", ["", "0", "-0.5"])
 def test_the_wrong_executor_is_numpy_plus_its_offset(monkeypatch, offset):
-    from d5core.runners.networks import executor_by_name, load_model, make_feeds
+    from d5core.lv1.runner import executor_by_name, load_model, make_feeds
 
     monkeypatch.syspath_prepend(str(WRONGEXEC / "d5-plugin-wrongexec"))
     monkeypatch.setenv("D5_WRONGEXEC_OFFSET", offset)

@@ -51,8 +51,8 @@ def test_accuracy_mode_passes_numpy_and_catches_the_wrong_executor(run_d5, wrong
 
 
 def test_find_peak_brackets_the_numpy_server_qps_with_every_run_reported(tmp_path):
-    from d5core.inference.peak import find_peak
-    from d5core.inference.settings import ScenarioSettings
+    from d5core.loadgen.peak import find_peak
+    from d5core.loadgen.settings import ScenarioSettings
 
     # 500 queries: LoadGen's early stopping needs about 460 queries within the bound
     # before a server run at p99 can be VALID

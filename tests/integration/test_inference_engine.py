@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from d5core.errors import UsageError
-from d5core.inference.loadgen import PERCENTILES, ScenarioResult, run_scenario
-from d5core.inference.settings import ScenarioSettings
-from d5core.inference.store import (
+from d5core.loadgen.loadgen import PERCENTILES, ScenarioResult, run_scenario
+from d5core.loadgen.settings import ScenarioSettings
+from d5core.loadgen.store import (
     CONFIG_KEY,
     RUN_KIND,
     artifacts_dir,
@@ -22,9 +22,9 @@ from d5core.inference.store import (
     run_name,
     store_scenario,
 )
-from d5core.inference.sut import ScenarioFailed, decode_response, sample_library
+from d5core.loadgen.sut import ScenarioFailed, decode_response, sample_library
+from d5core.lv1.runner import executor_by_name, load_model
 from d5core.results.store import ResultsStore
-from d5core.runners.networks import executor_by_name, load_model
 
 MODEL = "mlp"
 #: Short but VALID on this 2-core machine, even when it is busy.

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from d5_plugin_numpy.executor import NumpyExecutor
 
-from d5core.networks import zoo
-from d5core.networks.passes import microbatched_step, split_batch
+from d5core.lv1 import zoo
+from d5core.lv1.passes import microbatched_step, split_batch
 
 
 @pytest.mark.parametrize(

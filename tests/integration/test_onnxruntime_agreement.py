@@ -9,7 +9,8 @@ import onnxruntime as ort
 import pytest
 from onnx import helper
 
-from d5core.networks import Network, ValueInfo, zoo
+from d5core.lv1 import zoo
+from d5core.onnx.network import Network, ValueInfo
 
 
 def test_cross_entropy_loss_adds_int64_labels_and_scalar_output(tmp_path: Path) -> None:

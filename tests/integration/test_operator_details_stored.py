@@ -8,10 +8,11 @@ import pytest
 
 from d5core.cli.output import read_json
 from d5core.levels.operators import Operator
+from d5core.lv0.jobs import operator_details, problem_to_json
+from d5core.lv0.runner import problem_for
 from d5core.measure.engine import MeasureOptions
 from d5core.results.store import ResultsStore
-from d5core.runners.jobs import operator_details, problem_to_json
-from d5core.runners.operators import bench_ops, problem_for
+from d5core.testing.operators import bench_ops
 
 
 @pytest.fixture
@@ -39,7 +40,7 @@ def test_bench_op_stores_the_layout_tensorflow_timed(db, d5_cli):
     assert stored["numpy"] == {}  # the reference says nothing about itself
 
 
-def test_the_in_process_path_keeps_the_details_too():
+def test_the_runner_called_as_a_library_keeps_the_details_too():
     problem = problem_for("Conv", shapes=[(1, 3, 8, 8), (4, 3, 3, 3)])
     options = MeasureOptions(time_budget_s=0.02, rel_ci=0)
     (timing,) = bench_ops([problem], ["tensorflow"], options=options)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from d5core.cli.output import read_json
-from d5core.workloads.problems import DEFAULT_PROBLEMS
+from d5core.lv0.workloads.problems import DEFAULT_PROBLEMS
 
 OPS = sorted(DEFAULT_PROBLEMS)
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from d5core.cli.output import read_json
-from d5core.report import networks
-from d5core.report.model import ReportRun
+from d5core.levels.report import ReportRun
+from d5core.lv1 import figures as networks
 from d5core.results.store import ResultsStore
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-from d5core.report import training
-from d5core.report.model import ReportRun
+from d5core.levels.report import ReportRun
+from d5core.lv2 import figures as training
 from d5core.results.store import ResultsStore
 from d5core.results.training_table import training_table
 

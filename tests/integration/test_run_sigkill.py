@@ -74,7 +74,7 @@ def _start_and_wait_for_its_run(db: Path, known: set[str]) -> tuple[subprocess.P
 
 @pytest.mark.slow
 def test_sigkilled_runs_read_incomplete_with_the_samples_they_had(tmp_path):
-    from d5core.training.assembly import prepare
+    from d5core.lv2.assembly import prepare
 
     reference = prepare(RECIPE, list(SETS), 0).trainer.run()
     train_s = sum(reference.step_times_s)

@@ -121,7 +121,7 @@ def test_the_stored_hash_follows_overrides_but_not_the_seed(d5_cli, tmp_path):
 def test_a_monkeypatching_python_recipe_cannot_smuggle_a_fixed_override(d5_cli, tmp_path):
     recipe = _recipe(
         tmp_path,
-        "import d5core.training.recipes as r\n"
+        "import d5core.lv2.recipes as r\n"
         "r.Recipe.with_overrides = lambda self, sets: self\n"
         "r.Recipe.settable = lambda self: ['epochs']\n"
         "FIXED = dict(model='mlp', model_options={'hidden': [64]}, dataset='digits',\n"
@@ -168,8 +168,8 @@ def test_other_data_behind_d5_data_dir_gets_another_hash_and_is_recorded(
 def test_time_to_accuracy_counts_the_dataset_loading(monkeypatch):
     import time
 
-    from d5core.training.assembly import prepare
-    from d5core.training.datasets import digits
+    from d5core.lv2.assembly import prepare
+    from d5core.lv2.datasets import digits
 
     original = digits.load_digits_dataset
 
@@ -188,9 +188,9 @@ def test_time_to_accuracy_never_exceeds_the_wall_time_when_run_start_is_slow_to_
     import time
 
     from d5core.hookspecs import hookimpl
+    from d5core.lv2.assembly import prepare
+    from d5core.lv2.trainer import RUN_START
     from d5core.plugins import get_plugin_manager
-    from d5core.training.assembly import prepare
-    from d5core.training.trainer import RUN_START
 
     class SlowListener:
         """Subscribes to ``run.start`` a callback that takes 0.2 s."""
@@ -215,7 +215,7 @@ def test_time_to_accuracy_never_exceeds_the_wall_time_when_run_start_is_slow_to_
 
 def _watch_second_test_pass(monkeypatch: pytest.MonkeyPatch, db: Path, then: Any) -> list[Any]:
     """Read the store from outside at the trainer's second test pass, then call ``then``."""
-    from d5core.training.trainer import Trainer
+    from d5core.lv2.trainer import Trainer
 
     seen: list[Any] = []
     original = Trainer.evaluate
@@ -261,7 +261,7 @@ def test_ctrl_c_during_training_keeps_the_run_with_its_samples(d5_cli, tmp_path,
 
 
 def test_a_read_only_database_fails_at_once_with_exit_2(d5_cli, tmp_path, monkeypatch):
-    from d5core.training.datasets import digits
+    from d5core.lv2.datasets import digits
 
     db = tmp_path / "ro.sqlite"
     with ResultsStore.open(db):

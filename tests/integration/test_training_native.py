@@ -9,12 +9,12 @@ import pytest
 
 from d5core.cli.output import read_json
 from d5core.errors import UsageError
-from d5core.networks import zoo
+from d5core.lv1 import zoo
+from d5core.lv1.runner import executor_by_name, with_loss
+from d5core.lv2.datasets import load_dataset
+from d5core.lv2.samplers import make_sampler
+from d5core.lv2.trainer import StopConditions, Trainer
 from d5core.plugins import get_plugin_manager
-from d5core.runners.networks import executor_by_name, with_loss
-from d5core.training.datasets import load_dataset
-from d5core.training.samplers import make_sampler
-from d5core.training.trainer import StopConditions, Trainer
 
 RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "digits-mlp.toml"
 
@@ -64,7 +64,7 @@ def test_modifiers_force_the_numpy_path() -> None:
 
 
 def test_d5_run_torch_momentum_takes_the_native_path(d5_cli, tmp_path) -> None:
-    from d5core.training.assembly import prepare
+    from d5core.lv2.assembly import prepare
 
     sets = ["executor=torch", "optimizer=torch-momentum"]
     result = d5_cli("run", str(RECIPE), "--db", str(tmp_path / "r.sqlite"), "--json",

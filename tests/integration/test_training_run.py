@@ -47,7 +47,7 @@ def test_digits_mlp_reaches_the_target_and_is_stored(d5_cli, tmp_path, executor)
 
 @pytest.mark.parametrize("executor", ["numpy", "torch"])
 def test_same_seed_gives_identical_loss_curves(executor):
-    from d5core.training.assembly import prepare
+    from d5core.lv2.assembly import prepare
 
     curves = []
     for _ in range(2):
@@ -171,7 +171,7 @@ def test_results_table_puts_executors_side_by_side(tmp_path, d5_cli, monkeypatch
 
 
 def test_an_agreed_reason_to_stop_ends_training_at_that_step():
-    from d5core.training.assembly import prepare
+    from d5core.lv2.assembly import prepare
 
     calls: list[str | None] = []
 
@@ -188,7 +188,7 @@ def test_an_agreed_reason_to_stop_ends_training_at_that_step():
 
 
 def test_a_divergence_agreed_from_another_rank_marks_the_run_diverged():
-    from d5core.training.assembly import prepare
+    from d5core.lv2.assembly import prepare
 
     prep = prepare(RECIPE, [], 0)
     prep.trainer.agree = lambda local: "diverged"

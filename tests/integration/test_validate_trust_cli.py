@@ -15,8 +15,8 @@ from onnx import TensorProto, helper
 
 from d5core.cli.output import read_json
 from d5core.errors import UsageError
-from d5core.runners.operators import backend_by_name, build_operator, problem_for
-from d5core.workloads.problems import DEFAULT_PROBLEMS
+from d5core.lv0.runner import backend_by_name, build_operator, problem_for
+from d5core.lv0.workloads.problems import DEFAULT_PROBLEMS
 
 
 @pytest.fixture(autouse=True)

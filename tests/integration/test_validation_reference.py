@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from d5core.runners.networks import validate_network
-from d5core.runners.operators import problem_for, validate_op
+from d5core.lv0.runner import problem_for, validate_op
+from d5core.lv1.runner import validate_network
 
 
 @pytest.fixture(autouse=True)

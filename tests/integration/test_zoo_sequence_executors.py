@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 
 from d5core.cli.output import read_json
-from d5core.networks import Network, zoo_sequence
-from d5core.runners.networks import executor_by_name, make_feeds, with_loss
+from d5core.lv1 import zoo_sequence
+from d5core.lv1.runner import executor_by_name, make_feeds, with_loss
+from d5core.onnx.network import Network
 from d5core.testing.sequence_forward import TINY
 from d5core.validate.gradcheck import GRADCHECK_TOLERANCE
 

@@ -15,21 +15,20 @@ from __future__ import annotations
 
 from abc import abstractmethod
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 import numpy as np
 
 from d5_kernels import runtime
-from d5core.api import (
+from d5core.api import TensorDescriptor, UsageError
+from d5core.onnx import (
     DescribedInput,
     SlottedOperator,
-    TensorDescriptor,
-    UsageError,
     check_attribute_names,
     check_float_dtypes,
     match_input_slots,
 )
+from d5core.onnx import Signature as PlanSignature
 
 __all__ = ["FLOAT_DTYPES", "NativeOperator", "Shapes", "Signature"]
 
@@ -42,14 +41,8 @@ Shapes = tuple[tuple[int, ...] | None, ...]
 P = TypeVar("P")
 
 
-@dataclass(frozen=True)
-class Signature:
-    """The inputs' shapes (``None`` where absent) and their shared float dtype."""
-
-    shapes: Shapes
-    dtype: str
-    #: The slots the inputs fill, in input order.
-    slots: tuple[Any, ...]
+#: The inputs matched to their slots; ``dtype`` is the float type's numpy name.
+Signature = PlanSignature
 
 
 class NativeOperator(SlottedOperator, Generic[P]):
@@ -166,8 +159,7 @@ class NativeOperator(SlottedOperator, Generic[P]):
     def _signature(self, arrays: Sequence[Any]) -> Signature:
         slots = match_input_slots(self.op_type, self.slots, len(arrays))
         dtype = check_float_dtypes(self.op_type, slots, arrays, FLOAT_DTYPES, "native")
-        shapes = tuple(None if a is None else tuple(int(d) for d in a.shape) for a in arrays)
-        return Signature(shapes, dtype or "float32", slots)
+        return Signature(tuple(arrays), slots, dtype or "float32")
 
     def _bind(self, inputs: Sequence[Any]) -> tuple[P, str, list[Any]]:
         arrays = [None if a is None else np.asarray(a) for a in inputs]

@@ -9,7 +9,7 @@ from typing import Any
 
 from d5_kernels import _native
 from d5_kernels.ops._base import NativeOperator, Signature
-from d5core.api import onnx_signature
+from d5core.onnx import SoftmaxRules, onnx_signature
 
 __all__ = ["ElementwiseOperator", "ElementwisePlan", "Relu", "Softmax"]
 
@@ -64,21 +64,14 @@ class LinePlan:
     inner: int
 
 
-class Softmax(NativeOperator[LinePlan]):
+class Softmax(SoftmaxRules, NativeOperator[LinePlan]):
     """ONNX ``Softmax`` (opset 13): normalized exponentials along the one axis ``axis``,
     computed on X viewed as (outer, axis, inner)."""
 
-    op_type = "Softmax"
-    slots, attribute_defaults = onnx_signature("Softmax")
     algorithm = "line-wise loops"
 
-    def configure(self) -> None:
-        self.axis = int(self.attr("axis"))
-
     def plan(self, sig: Signature) -> LinePlan:
-        shape = self.require_rank(sig, 0, at_least=1)
-        if not -len(shape) <= self.axis < len(shape):
-            raise self.fail(f"axis {self.axis} is out of range for input of shape {shape}")
+        shape = self._axis_shape(sig)
         axis = self.axis % len(shape)
         return LinePlan(shape, math.prod(shape[:axis]), shape[axis], math.prod(shape[axis + 1 :]))
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from d5_kernels import _native
 from d5_kernels.ops._base import NativeOperator, Signature
-from d5core.api import SpatialWindow, check_auto_pad, conv_window, onnx_signature
+from d5core.onnx import ConvRules, SpatialWindow, conv_window
 
 __all__ = ["Conv", "ConvPlan"]
 
@@ -26,19 +26,11 @@ class ConvPlan:
     params: tuple[int, ...]
 
 
-class Conv(NativeOperator[ConvPlan]):
+class Conv(ConvRules, NativeOperator[ConvPlan]):
     """ONNX ``Conv`` over 2 spatial axes, with strides, pads (or ``auto_pad``),
     dilations and groups."""
 
-    op_type = "Conv"
-    slots, attribute_defaults = onnx_signature("Conv")
     algorithm = "im2col + packed GEMM"
-
-    def configure(self) -> None:
-        self.auto_pad = check_auto_pad(self.op_type, self.attr("auto_pad"))
-        self.group = int(self.attr("group"))
-        if self.group < 1:
-            raise self.fail(f"attribute group must be positive, got {self.group}")
 
     def plan(self, sig: Signature) -> ConvPlan:
         x = self.require_rank(sig, 0, (4,), what="(N, C, H, W): the native Conv is 2-D")

@@ -17,7 +17,7 @@ import numpy as np
 
 from d5_kernels import _native
 from d5_kernels.ops._base import NativeOperator, Signature
-from d5core.api import gemm_output_shape, onnx_signature
+from d5core.onnx import GemmRules, gemm_output_shape, onnx_signature
 
 __all__ = ["Gemm", "MatMul"]
 
@@ -38,18 +38,10 @@ class GemmPlan:
     c_shape: tuple[int, ...] | None
 
 
-class Gemm(NativeOperator[GemmPlan]):
+class Gemm(GemmRules, NativeOperator[GemmPlan]):
     """ONNX ``Gemm``: ``Y = alpha * A' B' + beta * C`` with the packed GEMM."""
 
-    op_type = "Gemm"
-    slots, attribute_defaults = onnx_signature("Gemm")
     algorithm = "packed GEMM"
-
-    def configure(self) -> None:
-        self.alpha = float(self.attr("alpha"))
-        self.beta = float(self.attr("beta"))
-        self.trans_a = bool(int(self.attr("transA")))
-        self.trans_b = bool(int(self.attr("transB")))
 
     def plan(self, sig: Signature) -> GemmPlan:
         a = self.require_rank(sig, 0, (2,))

@@ -9,7 +9,7 @@ from typing import Any
 
 from d5_kernels import _native
 from d5_kernels.ops._base import NativeOperator, Signature
-from d5core.api import check_per_channel, onnx_signature
+from d5core.onnx import BatchNormalizationRules, check_per_channel
 
 __all__ = ["BatchNormalization"]
 
@@ -20,21 +20,14 @@ class NormPlan:
     channels: int
 
 
-class BatchNormalization(NativeOperator[NormPlan]):
+class BatchNormalization(BatchNormalizationRules, NativeOperator[NormPlan]):
     """Normalize ``X (N, C, ...)`` per channel, then scale and shift, as the reference
     defines it: inference uses ``input_mean`` and ``input_var``; training uses the
     batch's mean and biased variance and also outputs ``running_mean`` and
     ``running_var`` (``momentum * input + (1 - momentum) * batch``). The backward is the
     exact vector-Jacobian product in both modes, running statistics included."""
 
-    op_type = "BatchNormalization"
-    slots, attribute_defaults = onnx_signature("BatchNormalization")
     algorithm = "per-channel loops"
-
-    def configure(self) -> None:
-        self.epsilon = float(self.attr("epsilon"))
-        self.momentum = float(self.attr("momentum"))
-        self.training = bool(int(self.attr("training_mode")))
 
     def plan(self, sig: Signature) -> NormPlan:
         x = self.require_rank(sig, 0, at_least=2)

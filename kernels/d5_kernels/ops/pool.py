@@ -9,7 +9,13 @@ from typing import Any
 
 from d5_kernels import _native
 from d5_kernels.ops._base import NativeOperator, Signature
-from d5core.api import SpatialWindow, check_auto_pad, onnx_signature, spatial_window
+from d5core.onnx import (
+    AveragePoolRules,
+    MaxPoolRules,
+    PoolRules,
+    SpatialWindow,
+    spatial_window,
+)
 
 __all__ = ["AveragePool", "MaxPool", "PoolPlan"]
 
@@ -22,16 +28,12 @@ class PoolPlan:
     params: tuple[int, ...]
 
 
-class _Pool(NativeOperator[PoolPlan]):
+class _Pool(PoolRules, NativeOperator[PoolPlan]):
     algorithm = "direct window loops"
 
     def configure(self) -> None:
-        self.auto_pad = check_auto_pad(self.op_type, self.attr("auto_pad"))
-        # ONNX sizes the outputs of auto_pad VALID and SAME_* without ceil_mode.
-        self.ceil_mode = bool(int(self.attr("ceil_mode"))) and self.auto_pad == "NOTSET"
-        kernel = self.ints("kernel_shape")
-        if not kernel or any(k < 1 for k in kernel):
-            raise self.fail(f"attribute kernel_shape is required and positive, got {kernel}")
+        super().configure()
+        kernel = list(self.kernel_shape)
         if len(kernel) != 2:
             raise self.fail(
                 f"kernel_shape {kernel} has {len(kernel)} axes; the native backend pools "
@@ -50,19 +52,10 @@ class _Pool(NativeOperator[PoolPlan]):
         return PoolPlan((x[0], x[1], *out), tuple(int(p) for p in params))
 
 
-class MaxPool(_Pool):
+class MaxPool(MaxPoolRules, _Pool):
     """ONNX ``MaxPool``: outputs ``Y`` and ``Indices`` (flat positions in X, row-major or,
     with ``storage_order=1``, column-major within each plane). The first maximum in a
     window wins and takes the gradient."""
-
-    op_type = "MaxPool"
-    slots, attribute_defaults = onnx_signature("MaxPool")
-
-    def configure(self) -> None:
-        super().configure()
-        self.storage_order = int(self.attr("storage_order"))
-        if self.storage_order not in (0, 1):
-            raise self.fail(f"storage_order must be 0 or 1, got {self.storage_order}")
 
     def output_specs(self, plan: PoolPlan, dtype: str) -> list[tuple[tuple[int, ...], str]]:
         return [(plan.out, dtype), (plan.out, "int64")]
@@ -81,17 +74,10 @@ class MaxPool(_Pool):
         _native.max_pool_backward(inputs[0], grad_outputs[0], grads[0], plan.params)
 
 
-class AveragePool(_Pool):
+class AveragePool(AveragePoolRules, _Pool):
     """ONNX ``AveragePool``: each window's sum over the input it covers, divided by that
     count, or with ``count_include_pad`` by the count including explicit pads (never the
     part of a ceil-mode window beyond them)."""
-
-    op_type = "AveragePool"
-    slots, attribute_defaults = onnx_signature("AveragePool")
-
-    def configure(self) -> None:
-        super().configure()
-        self.count_include_pad = bool(int(self.attr("count_include_pad")))
 
     def output_specs(self, plan: PoolPlan, dtype: str) -> list[tuple[tuple[int, ...], str]]:
         return [(plan.out, dtype)]

@@ -13,7 +13,7 @@ import numpy as np
 from d5_kernels import _native
 from d5_kernels.ops._base import NativeOperator, Signature
 from d5_kernels.ops.activation import ElementwiseOperator, ElementwisePlan
-from d5core.api import onnx_signature
+from d5core.onnx import onnx_signature
 
 __all__ = ["Erf", "Gather", "Gelu", "LayerNormalization"]
 

@@ -26,7 +26,7 @@ __all__ = [
     "d5_rank_launcher",
 ]
 
-d5_plugin_api = ">=1.0,<2"
+d5_plugin_api = ">=1.1,<2"
 
 #: This plugin's distribution schemes (its ``d5.optimizers`` entries), the default
 #: ``allreduce`` first. Named here so that listing them imports no scheme.

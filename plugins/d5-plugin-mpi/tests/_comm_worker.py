@@ -10,8 +10,7 @@ import numpy as np
 from d5_plugin_mpi.comm import MPICommunicator
 from mpi4py import MPI
 
-from d5core.bus import COMM_CALL, Event, MetricBus, use_bus
-from d5core.levels.distributed import ANY_SOURCE
+from d5core.api import ANY_SOURCE, COMM_CALL, Event, MetricBus, use_bus
 
 #: The mpi4py methods that move data; what the spy notes for each call.
 SPIED = (

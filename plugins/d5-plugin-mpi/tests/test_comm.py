@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from d5_plugin_mpi import launch
 
-from d5core.levels.distributed import chunk_counts, collective_bytes
+from d5core.api import chunk_counts, collective_bytes
 
 WORKER = Path(__file__).with_name("_comm_worker.py")
 TIMEOUT_S = 60

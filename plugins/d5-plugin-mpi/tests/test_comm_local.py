@@ -10,9 +10,8 @@ import numpy as np
 import pytest
 from d5_plugin_mpi import launch
 
-from d5core.bus import COMM_CALL, Event, MetricBus, use_bus
-from d5core.errors import UsageError
-from d5core.levels.distributed import SingleProcessCommunicator
+from d5core.api import COMM_CALL, Event, MetricBus, UsageError, use_bus
+from d5core.testing.training import SingleProcessCommunicator
 
 
 def test_entry_points() -> None:

@@ -9,8 +9,7 @@ import pytest
 from d5_plugin_mpi import launch
 from d5_plugin_mpi.plugin import SCHEME_NAMES
 
-from d5core.errors import UsageError
-from d5core.plugins import get_plugin_manager
+from d5core.api import UsageError, get_plugin_manager
 
 #: What MPICH's Hydra writes when a rank is killed (pid and host vary).
 HYDRA_REPORT = """\
@@ -78,7 +77,7 @@ def test_mpi_launchers_are_detected_with_the_mpi_communicator() -> None:
 
 
 def test_the_scheme_names_are_the_plugins_distributed_optimizers() -> None:
-    from d5core.levels.distributed import DistributedOptimizer
+    from d5core.api import DistributedOptimizer
 
     entries = {
         ep.name: ep

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from d5_plugin_mpi import launch
 
-from d5core.plugins import get_plugin_manager
+from d5core.api import get_plugin_manager
 
 WORKER = Path(__file__).with_name("test_schemes_worker.py")
 TIMEOUT_S = 60

@@ -10,9 +10,8 @@ import numpy as np
 import pytest
 from d5_plugin_mpi import schemes
 
-from d5core.errors import UsageError
-from d5core.levels.distributed import DistributedOptimizer, SingleProcessCommunicator
-from d5core.plugins import get_plugin_manager
+from d5core.api import DistributedOptimizer, UsageError, get_plugin_manager
+from d5core.testing.training import SingleProcessCommunicator
 
 NAMES = ["allreduce", "parameter-server", "async-parameter-server", "model-averaging", "dpsgd"]
 

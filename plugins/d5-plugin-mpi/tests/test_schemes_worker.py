@@ -35,8 +35,8 @@ def digits_mlp(res: dict[str, Any], comm: Any, steps: int = 3) -> None:
     allreduce, with random gradients: ``res["digits_<key>"]``."""
     from d5_plugin_mpi.schemes import make_distributed
 
-    from d5core.plugins import get_plugin_manager
-    from d5core.runners.networks import load_model
+    from d5core.api import get_plugin_manager
+    from d5core.testing.executors import load_model
 
     mlp = load_model("mlp", hidden=[64], input_shape=(64,), classes=10, seed=0)
     sgd = get_plugin_manager().load("d5.optimizers", "sgd")
@@ -63,7 +63,7 @@ def main(out_dir: str) -> None:
     from d5_plugin_mpi.comm import MPICommunicator
     from d5_plugin_mpi.schemes import make_distributed
 
-    from d5core.plugins import get_plugin_manager
+    from d5core.api import get_plugin_manager
 
     comm = MPICommunicator()
     r, n = comm.rank, comm.size

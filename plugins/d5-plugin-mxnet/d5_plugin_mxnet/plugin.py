@@ -20,7 +20,7 @@ from typing import Any
 from d5_plugin_mxnet import _mx
 from d5core.api import PluginError, hookimpl
 
-d5_plugin_api = ">=1.4,<2"
+d5_plugin_api = ">=1.7,<2"
 
 _problem = _mx.numpy_problem()
 if _problem:

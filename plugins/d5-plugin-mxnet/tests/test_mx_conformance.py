@@ -11,8 +11,8 @@ from typing import Any
 
 import onnx
 
-from d5core.plugins import get_plugin_manager
-from d5core.plugins.catalog import installed_versions
+from d5core.api import get_plugin_manager
+from d5core.testing.kernel import installed_versions
 
 BASELINE = Path(__file__).resolve().parents[3] / "conformance" / "baseline.json"
 

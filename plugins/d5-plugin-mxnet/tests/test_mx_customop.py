@@ -13,11 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from d5core.cli import app
-from d5core.customop import build
-from d5core.customop.runner import validate_custom
-from d5core.errors import UsageError
-from d5core.measure.engine import synchronizer_of
+from d5core.api import UsageError
+from d5core.testing.customop import build, validate_custom
+from d5core.testing.operators import synchronizer_of
 
 pytest.importorskip("mxnet")
 
@@ -142,12 +140,12 @@ def test_a_wrong_backward_fails_in_mxnet_naming_the_input(cache, tmp_path):
     assert all(o.passed for o in outcome.results[1].report.outputs)  # the forward is right
 
 
-def test_a_syntax_error_exits_2_with_the_compilers_message(tmp_path, capsys):
+def test_a_syntax_error_exits_2_with_the_compilers_message(tmp_path, d5_cli):
     cache = tmp_path / "cache"
     source = _broken(tmp_path)
-    code = app.run(["op", "build", str(source), "--frameworks", "mxnet", "--cache", str(cache)])
-    err = capsys.readouterr().err
-    assert code == 2
+    result = d5_cli("op", "build", str(source), "--frameworks", "mxnet", "--cache", str(cache))
+    err = result.stderr
+    assert result.exit_code == 2
     assert f"{source}:" in err and ": error: expected primary-expression" in err
     assert "Traceback" not in err
     assert not any(p.is_file() for p in cache.rglob("*")), "a failed build left files"

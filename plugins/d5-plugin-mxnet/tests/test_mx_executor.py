@@ -14,11 +14,9 @@ from d5_plugin_mxnet.executor import MXNetExecutor
 from d5_plugin_numpy import executor as reference
 from onnx import TensorProto, helper
 
-from d5core.api import NativeTraining
-from d5core.errors import UsageError
-from d5core.networks import zoo
-from d5core.networks.network import Network
-from d5core.runners.networks import make_feeds, with_loss
+from d5core.api import NativeTraining, UsageError
+from d5core.onnx.network import Network
+from d5core.testing.executors import build_network, make_feeds, with_loss
 from d5core.testing.networks import cnn, feeds_for, mlp
 from d5core.testing.reference_agreement import ReferenceAgreementTests
 
@@ -153,7 +151,7 @@ def test_running_statistics_reach_the_parameters_only_when_applied() -> None:
 
 
 def test_native_train_step_gives_the_gradients_inference_and_backprop_gives() -> None:
-    net, loss = with_loss(zoo.build("lenet5", seed=0))
+    net, loss = with_loss(build_network("lenet5", seed=0))
     feeds = make_feeds(net, 4, seed=1)
     ex = MXNetExecutor(net)
     _, want = ex.inference_and_backprop(feeds, loss)

@@ -9,9 +9,14 @@ from typing import Any
 
 from d5_plugin_mxnet.executor import MXNetExecutor
 
-from d5core.bus import GRAPH_NODE, use_bus
-from d5core.networks import zoo
-from d5core.runners.networks import layer_breakdown, make_feeds, traced_node_times, with_loss
+from d5core.api import GRAPH_NODE, use_bus
+from d5core.testing.executors import (
+    build_network,
+    layer_breakdown,
+    make_feeds,
+    traced_node_times,
+    with_loss,
+)
 from d5core.testing.networks import cnn, feeds_for
 
 
@@ -30,7 +35,7 @@ def test_inference_events_name_each_node_once_in_graph_order() -> None:
 
 
 def test_train_step_breaks_down_the_forward_nodes_and_still_computes_gradients() -> None:
-    net, loss = with_loss(zoo.build("lenet5", seed=0))
+    net, loss = with_loss(build_network("lenet5", seed=0))
     feeds = make_feeds(net, 2, seed=0)
     ex = MXNetExecutor(net)
     step: Any = ex.prepare_train_step(feeds, loss)

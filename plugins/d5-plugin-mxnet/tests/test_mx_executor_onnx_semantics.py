@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from d5_plugin_mxnet.executor import MXNetExecutor
 
-from d5core.errors import UsageError
+from d5core.api import UsageError
 from d5core.testing.onnx_semantics import (
     INTEGER_TYPES,
     OnnxSemanticsTests,

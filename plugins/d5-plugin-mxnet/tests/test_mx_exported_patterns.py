@@ -23,7 +23,7 @@ from d5_plugin_mxnet.graph.program import fold_node
 from d5_plugin_numpy.executor import NumpyExecutor
 from onnx import TensorProto, helper, numpy_helper
 
-from d5core.errors import UsageError
+from d5core.api import UsageError
 from d5core.testing.reference_agreement import compare_with_reference
 
 BATCH, SEQ, WIDTH, BUFFER, VOCAB = 2, 6, 4, 40, 11

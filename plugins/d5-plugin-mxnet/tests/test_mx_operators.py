@@ -17,8 +17,7 @@ import pytest
 from d5_plugin_mxnet.operators import MXNetBackend
 from d5_plugin_mxnet.ops.transformer import TRANSFORMER_OPERATORS
 
-from d5core.errors import UsageError
-from d5core.levels.operators import TensorDescriptor
+from d5core.api import TensorDescriptor, UsageError
 from d5core.testing.operator_agreement import (
     assert_agrees_with_reference,
     distinct,

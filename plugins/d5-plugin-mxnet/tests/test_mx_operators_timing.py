@@ -19,12 +19,9 @@ import pytest
 from d5_plugin_mxnet._mx import mxnet
 from d5_plugin_mxnet.operators import OPERATORS, MXNetBackend
 
-from d5core.levels.operators import TensorDescriptor
-from d5core.measure.engine import MeasureOptions, synchronizer_of
-from d5core.runners.operators import bench_ops
+from d5core.api import TensorDescriptor, default_grad_outputs
 from d5core.testing.operator_agreement import small_problems
-from d5core.validate import default_grad_outputs
-from d5core.workloads.problems import gemm_problem, suite
+from d5core.testing.operators import MeasureOptions, bench_ops, gemm_problem, suite, synchronizer_of
 
 mx = mxnet()
 #: One small problem per operator.

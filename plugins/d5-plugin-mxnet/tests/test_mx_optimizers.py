@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from d5core.errors import UsageError
+from d5core.api import UsageError
 from d5core.testing.optimizers import (
     CASES,
     gradients,

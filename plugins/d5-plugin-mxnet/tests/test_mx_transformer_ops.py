@@ -18,8 +18,7 @@ import pytest
 from d5_plugin_mxnet.executor import MXNetExecutor
 from d5_plugin_mxnet.operators import MXNetBackend
 
-from d5core.errors import UsageError
-from d5core.levels.operators import TensorDescriptor
+from d5core.api import TensorDescriptor, UsageError
 from d5core.testing.transformer_graphs import GraphOperatorTests, TransformerExecutorTests
 
 

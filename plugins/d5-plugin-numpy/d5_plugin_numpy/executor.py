@@ -58,12 +58,9 @@ from d5core.api import (
     Operator,
     TensorDescriptor,
     UsageError,
-    constant_value,
     get_bus,
-    legacy_broadcast,
-    legacy_broadcast_shape,
-    node_attributes,
 )
+from d5core.onnx import constant_value, legacy_broadcast, legacy_broadcast_shape, node_attributes
 
 __all__ = ["OPERATORS", "NumpyExecutor", "graph_view"]
 

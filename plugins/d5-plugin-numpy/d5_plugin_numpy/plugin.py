@@ -7,7 +7,7 @@ from typing import Any
 
 from d5core.api import hookimpl
 
-d5_plugin_api = ">=1.3,<2"
+d5_plugin_api = ">=1.7,<2"
 
 
 @hookimpl

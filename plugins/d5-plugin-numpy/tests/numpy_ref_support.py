@@ -10,8 +10,7 @@ import numpy as np
 from d5_plugin_numpy.backend import NumpyBackend
 from hypothesis import HealthCheck, settings
 
-from d5core.levels.operators import Operator, TensorDescriptor
-from d5core.validate import gradcheck
+from d5core.api import Operator, TensorDescriptor, gradcheck
 
 #: Property tests stay few and untimed so that the suite runs in seconds; set
 #: D5_PROPERTY_EXAMPLES (say, to 500) for a thorough search before a release.

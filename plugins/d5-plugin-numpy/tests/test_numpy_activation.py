@@ -11,8 +11,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from numpy_ref_support import PROPERTY, assert_gradients, away_from_zero, run
 
-from d5core.errors import UsageError
-from d5core.levels.operators import TensorDescriptor
+from d5core.api import TensorDescriptor, UsageError
 
 X = np.array([[-3.0, -0.5, 0.0, 0.5, 3.0]])
 

@@ -7,10 +7,14 @@ import pytest
 from d5_plugin_numpy.backend import NumpyBackend
 from numpy_ref_support import assert_gradients, cases, make
 
-from d5core.errors import UsageError
-from d5core.levels.operators import OperatorBackend, TensorDescriptor
-from d5core.plugins import get_plugin_manager, reset_plugin_manager
-from d5core.validate import compare_outputs
+from d5core.api import (
+    OperatorBackend,
+    TensorDescriptor,
+    UsageError,
+    compare_outputs,
+    get_plugin_manager,
+)
+from d5core.testing.kernel import reset_plugin_manager
 
 CASES = [
     pytest.param(op_type, attrs, inputs, id=f"{op_type}-{i}")

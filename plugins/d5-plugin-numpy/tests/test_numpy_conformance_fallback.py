@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from d5_plugin_numpy.executor import NumpyExecutor
 
-from d5core.networks.conformance import ConformanceReport, node_cases, run_case
+from d5core.testing.executors import ConformanceReport, node_cases, run_case
 
 
 def test_cases_record_the_fallback_and_the_report_counts_it() -> None:

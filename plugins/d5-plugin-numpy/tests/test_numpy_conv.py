@@ -12,7 +12,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 from numpy_ref_support import PROPERTY, assert_gradients, make, run
 
-from d5core.errors import UsageError
+from d5core.api import UsageError
 
 
 def loop_conv2d(x, w, b=None, strides=(1, 1), pads=(0, 0, 0, 0), dilations=(1, 1), group=1):

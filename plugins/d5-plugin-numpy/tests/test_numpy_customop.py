@@ -7,9 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from d5core.customop import build
-from d5core.customop.runner import validate_custom
-from d5core.errors import UsageError
+from d5core.api import UsageError
+from d5core.testing.customop import build, validate_custom
 
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLE = ROOT / "examples" / "custom_ops" / "bias_gelu.cpp"

@@ -12,12 +12,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from d5core.api import hookimpl
-from d5core.cli import app
-from d5core.customop import build, builder, compiler
-from d5core.customop.builder import cache_key
-from d5core.errors import UsageError
-from d5core.plugins import PluginManager
+from d5core.api import PluginManager, UsageError, hookimpl
+from d5core.testing.customop import (
+    ERROR_LINES,
+    BuildResult,
+    build,
+    cache_key,
+    forbid_compiling,
+    header_path,
+    skip_syntax_check,
+    stop_before_compiling,
+    use_header,
+)
 
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLE = ROOT / "examples" / "custom_ops" / "bias_gelu.cpp"
@@ -29,7 +35,7 @@ def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def built(cache: Path) -> builder.BuildResult:
+def built(cache: Path) -> BuildResult:
     return build(EXAMPLE, ["numpy"], cache=cache)
 
 
@@ -48,13 +54,8 @@ def test_the_numpy_build_computes_bias_gelu(built):
 def test_a_cached_build_runs_no_compiler(built, cache, monkeypatch):
     assert not built.builds["numpy"].cached
 
-    def no_compiler(*args, **kwargs):
-        raise AssertionError("the compiler ran for a cached build")
-
     # the compiler's identity (g++ --version) is part of the key; nothing compiles
-    monkeypatch.setattr(builder, "syntax_check", no_compiler)
-    monkeypatch.setattr(compiler, "compile_shared", no_compiler)
-    monkeypatch.setattr(builder, "_build_one", no_compiler)
+    forbid_compiling(monkeypatch)
     again = build(EXAMPLE, ["numpy"], cache=cache)
     assert again.builds["numpy"].cached
     assert again.builds["numpy"].artifact == built.builds["numpy"].artifact
@@ -79,16 +80,10 @@ def test_an_edited_source_is_built_anew(built, cache, tmp_path):
 
 def test_an_edited_header_changes_the_build(built, cache, monkeypatch, tmp_path):
     header = tmp_path / "d5_op.h"
-    header.write_text(builder.header_path().read_text() + "\n// edited\n")
-    monkeypatch.setattr(builder, "header_path", lambda: header)
-    monkeypatch.setattr(builder, "syntax_check", lambda source, include: None)
-    keys: list[str] = []
-
-    def record(glue, spec, text, key, final):
-        keys.append(key)
-        raise UsageError("stop here")
-
-    monkeypatch.setattr(builder, "_build_one", record)
+    header.write_text(header_path().read_text() + "\n// edited\n")
+    use_header(monkeypatch, header)
+    skip_syntax_check(monkeypatch)
+    keys = stop_before_compiling(monkeypatch)
     with pytest.raises(UsageError, match="stop here"):
         build(EXAMPLE, ["numpy"], cache=cache)
     assert keys and keys[0] != built.builds["numpy"].key
@@ -102,21 +97,20 @@ def _broken(tmp_path: Path) -> Path:
     return source
 
 
-def test_a_syntax_error_exits_2_with_the_compilers_first_lines(tmp_path, capsys, monkeypatch):
+def test_a_syntax_error_exits_2_with_the_compilers_first_lines(tmp_path, d5_cli):
     cache = tmp_path / "cache"
-    monkeypatch.setitem(app.CORE_COMMANDS, "op", "d5core.cli.op_cmd:op")
-    code = app.run(["op", "build", str(_broken(tmp_path)), "--cache", str(cache)])
-    err = capsys.readouterr().err
-    assert code == 2
+    result = d5_cli("op", "build", str(_broken(tmp_path)), "--cache", str(cache))
+    err = result.stderr
+    assert result.exit_code == 2
     assert "compiling" in err and "failed" in err
     assert f"{tmp_path / 'broken_op.cpp'}:" in err and ": error: expected" in err
     assert "Traceback" not in err
-    assert len(err.strip().splitlines()) <= 1 + compiler.ERROR_LINES
+    assert len(err.strip().splitlines()) <= 1 + ERROR_LINES
     assert not any(p.is_file() for p in cache.rglob("*")), "a failed build left files"
 
 
 def test_an_error_in_the_glue_compile_caches_nothing(tmp_path, monkeypatch):
-    monkeypatch.setattr(builder, "syntax_check", lambda source, include: None)
+    skip_syntax_check(monkeypatch)
     cache = tmp_path / "cache"
     with pytest.raises(UsageError, match=r"compiling bias_gelu for numpy failed:\n  .*broken_op"):
         build(_broken(tmp_path), ["numpy"], cache=cache)

@@ -6,8 +6,7 @@ import numpy as np
 import pytest
 from d5_plugin_numpy.examples import IntegerPower
 
-from d5core.errors import UsageError
-from d5core.validate import gradcheck, validate_operator
+from d5core.api import UsageError, gradcheck, validate_operator
 
 
 class FastIntegerPower(IntegerPower):

@@ -11,10 +11,9 @@ from d5_plugin_numpy.executor import NumpyExecutor
 from onnx import helper
 from onnx.reference import ReferenceEvaluator
 
-from d5core.bus import GRAPH_NODE, use_bus
-from d5core.errors import UsageError
-from d5core.networks import zoo
-from d5core.networks.network import Network
+from d5core.api import GRAPH_NODE, UsageError, use_bus
+from d5core.onnx.network import Network
+from d5core.testing.executors import ZOO_MODELS
 from d5core.testing.networks import (
     assert_matches_light_output,
     cnn,
@@ -62,7 +61,7 @@ def test_inference_matches_onnx_reference(build) -> None:
 
 def test_zoo_models_match_onnx_reference() -> None:
     for name in ("mlp", "lenet5", "resnet20"):
-        net = Network(zoo.ZOO[name](batch=2))
+        net = Network(ZOO_MODELS[name](batch=2))
         feeds = {
             v.name: np.random.default_rng(0)
             .standard_normal([d if isinstance(d, int) and d > 0 else 2 for d in v.shape])

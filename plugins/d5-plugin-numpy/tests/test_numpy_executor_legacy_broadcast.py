@@ -13,7 +13,7 @@ import pytest
 from d5_plugin_numpy.executor import NumpyExecutor
 from onnx import TensorProto, helper, numpy_helper
 
-from d5core.errors import UsageError
+from d5core.api import UsageError
 
 A_SHAPE = (2, 3, 3)
 OPS = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide}

@@ -11,8 +11,7 @@ import pytest
 from numpy_onnx_support import onnx_forward
 from numpy_ref_support import assert_gradients, make, run
 
-from d5core.errors import UsageError
-from d5core.levels.operators import TensorDescriptor
+from d5core.api import TensorDescriptor, UsageError
 
 I64 = np.int64
 RNG = np.random.default_rng(11)

@@ -11,7 +11,7 @@ import pytest
 from numpy_onnx_support import onnx_forward
 from numpy_ref_support import assert_gradients, make, run
 
-from d5core.errors import UsageError
+from d5core.api import UsageError
 
 RNG = np.random.default_rng(3)
 

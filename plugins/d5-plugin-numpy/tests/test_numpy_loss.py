@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from numpy_ref_support import PROPERTY, assert_gradients, make, run
 
-from d5core.errors import UsageError
+from d5core.api import UsageError
 
 
 def loop_cross_entropy(scores, labels, weights=None, ignore_index=None, reduction="mean"):

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from numpy_ref_support import PROPERTY, assert_gradients, make, run
 
-from d5core.validate import gradcheck
+from d5core.api import gradcheck
 
 
 def bn_inputs(rng, shape):

@@ -16,9 +16,8 @@ from d5_plugin_numpy.onnx_fallback import (
 )
 from onnx import TensorProto, helper
 
-from d5core.api import TensorDescriptor
-from d5core.errors import UsageError
-from d5core.networks.network import Network
+from d5core.api import TensorDescriptor, UsageError
+from d5core.onnx.network import Network
 from d5core.testing.networks import mlp
 
 

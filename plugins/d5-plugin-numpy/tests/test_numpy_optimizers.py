@@ -16,10 +16,8 @@ from d5_plugin_numpy.optimizers import (
     RMSprop,
 )
 
-from d5core.errors import UsageError
-from d5core.levels.training import Optimizer
-from d5core.plugins import get_plugin_manager
-from d5core.training.modifiers import weight_decay
+from d5core.api import Optimizer, UsageError, get_plugin_manager
+from d5core.testing.training import weight_decay
 
 A = np.array([[3.0, 0.5], [0.5, 1.0]])
 B = np.array([1.0, -2.0])

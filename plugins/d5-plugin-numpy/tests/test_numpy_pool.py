@@ -11,7 +11,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 from numpy_ref_support import PROPERTY, assert_gradients, distinct, make, run
 
-from d5core.errors import UsageError
+from d5core.api import UsageError
 
 ONE_TO_25 = np.arange(1.0, 26.0).reshape(1, 1, 5, 5)
 ONE_TO_16 = np.arange(1.0, 17.0).reshape(1, 1, 4, 4)

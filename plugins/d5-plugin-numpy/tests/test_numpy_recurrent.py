@@ -12,8 +12,7 @@ from d5_plugin_numpy.backend import NumpyBackend
 from onnx import helper
 from onnx.reference import ReferenceEvaluator
 
-from d5core.api import Operator, TensorDescriptor, UsageError
-from d5core.validate import gradcheck
+from d5core.api import Operator, TensorDescriptor, UsageError, gradcheck
 
 DIRECTIONS = ["forward", "reverse", "bidirectional"]
 NAMES = ("X", "W", "R", "B", "sequence_lens", "initial_h", "initial_c", "P")

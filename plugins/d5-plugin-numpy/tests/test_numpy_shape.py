@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from numpy_ref_support import PROPERTY, assert_gradients, make, run
 
-from d5core.errors import UsageError
+from d5core.api import UsageError
 
 I64 = np.int64
 X = np.arange(24.0).reshape(2, 3, 4)

@@ -10,9 +10,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from d5core.networks import Network
-from d5core.networks import zoo_sequence as zs
-from d5core.runners.networks import executor_by_name, make_feeds
+from d5core.onnx.network import Network
+from d5core.testing.executors import SEQUENCE_MODELS, executor_by_name, make_feeds
 from d5core.testing.sequence_forward import FORWARDS, TINY
 
 
@@ -44,7 +43,7 @@ def _feeds(net: Network, batch: int = 3, seed: int = 0) -> dict[str, np.ndarray]
 )
 def test_reference_executor_agrees_with_the_numpy_forward(name: str, extra: dict[str, Any]) -> None:
     options = {**TINY[name], **extra}
-    net = Network(zs.__dict__[name](**options)).as_float64()
+    net = Network(SEQUENCE_MODELS[name](**options)).as_float64()
     feeds = _feeds(net)
     if name == "vit":
         feeds["input"] = feeds["input"].astype(np.float64)
@@ -55,7 +54,7 @@ def test_reference_executor_agrees_with_the_numpy_forward(name: str, extra: dict
 
 
 def test_gpt_is_causal_and_bert_ignores_padded_keys() -> None:
-    gpt = Network(zs.gpt(**TINY["gpt"]))
+    gpt = Network(SEQUENCE_MODELS["gpt"](**TINY["gpt"]))
     run = executor_by_name("numpy", gpt).inference
     ids = make_feeds(gpt, 2, seed=3)["input_ids"]
     later = ids.copy()
@@ -66,7 +65,7 @@ def test_gpt_is_causal_and_bert_ignores_padded_keys() -> None:
     # bert: padded keys (id 0) are dropped from every attention and the classifier reads
     # position 0, so nothing at padded positions (their position embeddings) matters.
     for padding_mask in (True, False):
-        bert = Network(zs.bert(**TINY["bert"], padding_mask=padding_mask))
+        bert = Network(SEQUENCE_MODELS["bert"](**TINY["bert"], padding_mask=padding_mask))
         executor = executor_by_name("numpy", bert)
         ids = np.array([[5, 3, 0, 0, 0], [2, 7, 9, 4, 0]])
         before = executor.inference({"input_ids": ids})["output"]

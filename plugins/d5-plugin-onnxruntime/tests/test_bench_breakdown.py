@@ -8,7 +8,7 @@ import onnx
 from d5_plugin_onnxruntime.executor import OnnxRuntimeExecutor, profile_runs
 from onnx import TensorProto, helper
 
-from d5core.networks import Network
+from d5core.onnx.network import Network
 
 
 def _two_nodes() -> onnx.ModelProto:

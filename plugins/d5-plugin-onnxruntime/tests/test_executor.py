@@ -15,8 +15,8 @@ from d5_plugin_onnxruntime.executor import OnnxRuntimeExecutor, default_threads
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
-from d5core.errors import UsageError
-from d5core.networks import Network
+from d5core.api import UsageError
+from d5core.onnx.network import Network
 
 OPSET = [helper.make_opsetid("", 17)]
 

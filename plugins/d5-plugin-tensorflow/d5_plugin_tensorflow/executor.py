@@ -72,16 +72,8 @@ from d5_plugin_tensorflow.graph.layout import VariableLayout, flat_weight_layout
 from d5_plugin_tensorflow.graph.nodes import CONSTANT_OPS, Translator
 from d5_plugin_tensorflow.graph.profile import NodeTimes, profile_calls
 from d5_plugin_tensorflow.graph.program import Program, node_of_op
-from d5core.api import (
-    END,
-    GRAPH_NODE,
-    GraphExecutor,
-    NativeTraining,
-    Network,
-    UsageError,
-    constant_value,
-    get_bus,
-)
+from d5core.api import END, GRAPH_NODE, GraphExecutor, NativeTraining, Network, UsageError, get_bus
+from d5core.onnx import constant_value
 
 __all__ = ["TensorFlowExecutor", "TensorFlowXLAExecutor", "VariableCorrectCounter"]
 

@@ -11,12 +11,12 @@ and determinism first), which is why the plugin module never imports it.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from d5_plugin_tensorflow.ops import OPERATOR_CLASSES, TFOperator
 from d5_plugin_tensorflow.ops._base import FLOAT_DTYPES
-from d5core.api import OperatorBackend, TensorDescriptor, UsageError
+from d5core.onnx import SlottedBackend
 
 __all__ = ["OPERATORS", "TFOperator", "TensorFlowBackend", "TensorFlowXLABackend"]
 
@@ -24,7 +24,7 @@ __all__ = ["OPERATORS", "TFOperator", "TensorFlowBackend", "TensorFlowXLABackend
 OPERATORS: Mapping[str, type[TFOperator]] = {cls.op_type: cls for cls in OPERATOR_CLASSES}
 
 
-class TensorFlowBackend(OperatorBackend):
+class TensorFlowBackend(SlottedBackend[TFOperator]):
     """TensorFlow operators on the CPU, each a graph traced once per signature.
 
     >>> backend = TensorFlowBackend()                 # doctest: +SKIP
@@ -33,34 +33,14 @@ class TensorFlowBackend(OperatorBackend):
 
     name: ClassVar[str] = "tensorflow"
     dtypes: ClassVar[tuple[str, ...]] = tuple(FLOAT_DTYPES)
+    operator_classes = OPERATORS
     #: Whether XLA compiles every graph.
     xla: ClassVar[bool] = False
 
-    def __init__(self) -> None:
-        #: The device operators run on, as passed to the ``d5_synchronize`` hook.
-        self.device = "cpu"
 
-    def supported(self) -> Collection[str]:
-        """The ONNX operator types this backend implements."""
-        return tuple(OPERATORS)
-
-    def create(
-        self,
-        op_type: str,
-        attributes: Mapping[str, Any],
-        inputs: Sequence[TensorDescriptor],
-    ) -> TFOperator:
-        """Build ``op_type`` with ``attributes`` for ``inputs``, checking their count,
-        dtypes and shapes (values of shape and axes inputs are checked when given), and
-        refusing attribute combinations the backend cannot run."""
-        cls = OPERATORS.get(op_type)
-        if cls is None:
-            raise UsageError(
-                f"the {self.name} backend has no operator {op_type!r}; it implements "
-                f"{', '.join(sorted(OPERATORS))}"
-            )
-        op = cls(attributes, xla=self.xla)
-        op.check_descriptors(inputs)
+    def instantiate(self, cls: type[Any], attributes: Mapping[str, Any]) -> TFOperator:
+        """A new operator of ``cls``, compiled by XLA when this backend is."""
+        op: TFOperator = cls(attributes, xla=self.xla)
         return op
 
 

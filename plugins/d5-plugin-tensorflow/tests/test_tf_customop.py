@@ -7,8 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from d5core.customop import build
-from d5core.customop.runner import validate_custom
+from d5core.testing.customop import build, validate_custom
 
 pytest.importorskip("tensorflow")
 

@@ -10,8 +10,8 @@ from d5_plugin_tensorflow._tf import tensorflow
 from d5_plugin_tensorflow.executor import TensorFlowExecutor
 from onnx import TensorProto, helper
 
-from d5core.errors import UsageError
-from d5core.networks.network import Network
+from d5core.api import UsageError
+from d5core.onnx.network import Network
 from d5core.testing.networks import cnn, feeds_for, mlp
 from d5core.testing.reference_agreement import ReferenceAgreementTests
 

@@ -10,9 +10,14 @@ from d5_plugin_tensorflow.executor import TensorFlowExecutor
 from d5_plugin_tensorflow.graph.profile import runs_from_trace
 from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
-from d5core.bus import GRAPH_NODE, use_bus
-from d5core.networks import zoo
-from d5core.runners.networks import layer_breakdown, make_feeds, traced_node_times, with_loss
+from d5core.api import GRAPH_NODE, use_bus
+from d5core.testing.executors import (
+    build_network,
+    layer_breakdown,
+    make_feeds,
+    traced_node_times,
+    with_loss,
+)
 from d5core.testing.networks import cnn, feeds_for
 
 
@@ -32,7 +37,7 @@ def test_profile_nodes_gives_every_node_of_every_run() -> None:
 def test_train_step_publishes_forward_and_backward_nodes_only_when_subscribed(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    net, loss = with_loss(zoo.build("lenet5", seed=0))
+    net, loss = with_loss(build_network("lenet5", seed=0))
     ex = TensorFlowExecutor(net)
     step = ex.prepare_train_step(make_feeds(net, 2, seed=0), loss)
     runs = traced_node_times(step, repeats=2)

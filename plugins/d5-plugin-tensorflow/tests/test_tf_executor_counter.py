@@ -10,12 +10,9 @@ import numpy as np
 from d5_plugin_tensorflow._tf import tensorflow
 from d5_plugin_tensorflow.correct_counter import VariableCorrectCounter
 
-from d5core.api import Optimizer
-from d5core.networks import zoo
-from d5core.runners.networks import executor_by_name, with_loss
-from d5core.training.datasets import load_dataset
-from d5core.training.samplers import make_sampler
-from d5core.training.trainer import StopConditions, Trainer
+from d5core.api import Optimizer, load_dataset
+from d5core.testing.executors import build_network, executor_by_name, with_loss
+from d5core.testing.training import StopConditions, Trainer, make_sampler
 
 tf = tensorflow()
 
@@ -86,7 +83,7 @@ class _NativeSGD(Optimizer):
 
 def _trainer(*, counter: bool) -> Trainer:
     train = load_dataset("synthetic_classification", "train", samples=200, features=8, classes=3)
-    net = zoo.build("mlp", input_shape=(8,), classes=3, hidden=[16], seed=0)
+    net = build_network("mlp", input_shape=(8,), classes=3, hidden=[16], seed=0)
     trained, loss = with_loss(net)
     executor = executor_by_name("tensorflow", trained)
     if not counter:  # the per-step count of an executor without a device counter

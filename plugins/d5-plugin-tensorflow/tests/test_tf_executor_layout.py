@@ -14,10 +14,9 @@ from d5_plugin_tensorflow.executor import TensorFlowExecutor
 from d5_plugin_tensorflow.graph.layout import VariableLayout
 from onnx import TensorProto, helper, numpy_helper
 
-from d5core.errors import UsageError
-from d5core.networks import zoo
-from d5core.networks.network import Network
-from d5core.runners.networks import make_feeds, with_loss
+from d5core.api import UsageError
+from d5core.onnx.network import Network
+from d5core.testing.executors import ZOO_MODELS, build_network, make_feeds, with_loss
 from d5core.testing.reference_agreement import compare_with_reference, zoo_feeds
 
 tf = tensorflow()
@@ -119,7 +118,7 @@ def test_a_weight_another_node_reads_stays_in_onnx_layout() -> None:
 
 
 def _graph(name: str, training: bool) -> Any:
-    net = Network(zoo.ZOO[name](batch=2))
+    net = Network(ZOO_MODELS[name](batch=2))
     if not training:
         ex = TensorFlowExecutor(net)
         feeds = {"input": np.zeros((2, *net.inputs[0].shape[1:]), np.float32)}
@@ -178,7 +177,7 @@ def test_float32_batchnorm_trains_with_the_fused_kernel_and_matches_the_referenc
     types = [op.type for op in graph.get_operations()]
     assert types.count("FusedBatchNormV3") == 7 and types.count("FusedBatchNormGradV3") == 7
     assert "Rsqrt" in types  # the 14 BatchNormalizations of the smaller stages
-    net, loss = with_loss(zoo.build("resnet20", input_shape=(3, 32, 32), classes=10, seed=0))
+    net, loss = with_loss(build_network("resnet20", input_shape=(3, 32, 32), classes=10, seed=0))
     compare_with_reference(TensorFlowExecutor, net, zoo_feeds(net, seed=3), loss, rel=1e-3)
 
 
@@ -186,7 +185,7 @@ def test_a_gemm_after_a_channels_last_flatten_keeps_its_weight_in_that_order() -
     """lenet5's first Gemm reads the Flatten of a channels-last map: its variable holds
     the weight with the K axis in (H, W, C) order, the parameters API still speaks
     ONNX's layout, and the network computes what the reference does."""
-    net = Network(zoo.ZOO["lenet5"](batch=2))
+    net = Network(ZOO_MODELS["lenet5"](batch=2))
     ex = TensorFlowExecutor(net)
     name = "gemm0.weight"
     onnx_value = net.parameters[name]
@@ -210,7 +209,7 @@ def test_a_gemm_after_a_channels_last_flatten_keeps_its_weight_in_that_order() -
 def test_a_flatten_whose_output_is_also_read_elsewhere_moves_back_to_onnx_order() -> None:
     """When the flattened values are a graph output too, they must be in ONNX's order:
     the weight keeps ONNX's layout and the Flatten transposes as before."""
-    model = zoo.ZOO["lenet5"](batch=2)
+    model = ZOO_MODELS["lenet5"](batch=2)
     flatten = next(n for n in model.graph.node if n.op_type == "Flatten")
     model.graph.output.append(
         helper.make_tensor_value_info(flatten.output[0], TensorProto.FLOAT, [2, 400])

@@ -8,16 +8,15 @@ import pytest
 from d5_plugin_tensorflow._tf import tensorflow
 from d5_plugin_tensorflow.executor import TensorFlowExecutor
 
-from d5core.errors import UsageError
-from d5core.networks import zoo
-from d5core.runners.networks import make_feeds, with_loss
+from d5core.api import UsageError
+from d5core.testing.executors import build_network, make_feeds, with_loss
 
 tf = tensorflow()
 
 
 @pytest.fixture()
 def setup() -> tuple[TensorFlowExecutor, str, dict[str, np.ndarray]]:
-    net, loss = with_loss(zoo.build("mlp", input_shape=(8,), classes=3, hidden=[5], seed=0))
+    net, loss = with_loss(build_network("mlp", input_shape=(8,), classes=3, hidden=[5], seed=0))
     return TensorFlowExecutor(net), loss, make_feeds(net, 4, seed=1)
 
 
@@ -48,7 +47,7 @@ def test_native_train_step_matches_inference_and_backprop(setup) -> None:
 
 
 def test_native_step_with_batchnorm_matches_and_running_stats_apply() -> None:
-    net, loss = with_loss(zoo.build("resnet20", input_shape=(3, 8, 8), classes=4, seed=0))
+    net, loss = with_loss(build_network("resnet20", input_shape=(3, 8, 8), classes=4, seed=0))
     feeds = make_feeds(net, 2, seed=2)
     ex = TensorFlowExecutor(net)
     _, grads = ex.inference_and_backprop(feeds, loss)
@@ -101,7 +100,7 @@ def test_assigning_native_parameters_steps_the_network(setup) -> None:
 
 def test_the_executor_declares_the_native_training_protocol(setup) -> None:
     from d5core.api import CorrectCounter, NativeTraining, Optimizer
-    from d5core.training.trainer import native_capable
+    from d5core.testing.training import native_capable
 
     class NativeSGD(Optimizer):
         name = "sgd-for-test"

@@ -10,16 +10,15 @@ from d5_plugin_numpy.executor import NumpyExecutor
 from d5_plugin_tensorflow._tf import tensorflow
 from d5_plugin_tensorflow.executor import TensorFlowExecutor, TensorFlowXLAExecutor
 
-from d5core.errors import UsageError
-from d5core.networks import zoo
-from d5core.runners.networks import make_feeds, with_loss
+from d5core.api import UsageError
+from d5core.testing.executors import build_network, make_feeds, with_loss
 
 tf = tensorflow()
 
 
 @pytest.fixture(scope="module")
 def lenet() -> tuple[object, str, dict[str, np.ndarray]]:
-    net, loss = with_loss(zoo.build("lenet5", seed=0))
+    net, loss = with_loss(build_network("lenet5", seed=0))
     return net, loss, make_feeds(net, 4, seed=3)
 
 

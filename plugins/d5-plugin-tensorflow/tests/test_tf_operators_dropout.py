@@ -15,8 +15,7 @@ from d5_plugin_tensorflow.operators import TensorFlowBackend, TensorFlowXLABacke
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from d5core.levels.operators import TensorDescriptor
-from d5core.validate import gradcheck
+from d5core.api import TensorDescriptor, gradcheck
 
 tf = tensorflow()
 DTYPES = pytest.mark.parametrize("dtype", ["float32", "float64"])

@@ -24,9 +24,8 @@ from d5_plugin_tensorflow.operators import (
 from d5_plugin_tensorflow.ops import Plan, Slot
 from d5_plugin_tensorflow.ops._base import Prepared, Signature
 
-from d5core.levels.operators import TensorDescriptor
+from d5core.api import TensorDescriptor, default_grad_outputs
 from d5core.testing.operator_agreement import small_problems
-from d5core.validate import default_grad_outputs
 
 tf = tensorflow()
 _rng = np.random.default_rng(7)

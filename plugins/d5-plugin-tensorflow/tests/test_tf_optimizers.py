@@ -9,7 +9,7 @@ import pytest
 from d5_plugin_tensorflow._tf import tensorflow
 from d5_plugin_tensorflow.optimizers import TFAdam, TFOptimizer
 
-from d5core.errors import UsageError
+from d5core.api import UsageError
 from d5core.testing.optimizers import (
     CASES,
     IDS,

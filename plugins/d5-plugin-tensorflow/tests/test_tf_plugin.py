@@ -8,7 +8,7 @@ import sys
 
 from d5_plugin_tensorflow import _tf, plugin
 
-from d5core.measure.fitness import snapshot
+from d5core.testing.kernel import fitness_threads
 
 
 def _python(code: str, **env: str) -> str:
@@ -56,7 +56,7 @@ def test_a_process_whose_tensorflow_ran_first_reports_what_it_really_got() -> No
 
 def test_the_fitness_record_carries_tensorflow_thread_pools() -> None:
     _tf.tensorflow()
-    threads = snapshot().threads
+    threads = fitness_threads()
     assert threads["tf.config.threading.intra_op_parallelism_threads"] == str(
         _tf.settings()["intra_op_parallelism_threads"]  # type: ignore[index]
     )

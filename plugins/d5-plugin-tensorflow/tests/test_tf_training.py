@@ -9,31 +9,23 @@ from typing import Any
 import numpy as np
 import pytest
 
-from d5core.cli.output import read_json
-from d5core.networks import zoo
-from d5core.plugins import get_plugin_manager
-from d5core.runners.networks import executor_by_name, with_loss
-from d5core.training.assembly import prepare
-from d5core.training.datasets import load_dataset
-from d5core.training.samplers import make_sampler
-from d5core.training.trainer import StopConditions, Trainer
+from d5core.api import get_plugin_manager
+from d5core.testing.training import (
+    Trainer,
+    assert_seeded_runs_repeat,
+    d5_run_json,
+    digits_trainer,
+    prepare,
+)
 
 RECIPE = Path(__file__).resolve().parents[3] / "recipes" / "digits-mlp.toml"
 
 
 def _trainer(optimizer: str, lr: float, *, native: bool | None, steps: int = 8) -> Trainer:
     """The digits MLP in float64 on the tensorflow executor, ``lr / (1 + step)``."""
-    train = load_dataset("digits", "train")
-    net = zoo.build("mlp", input_shape=tuple(train.input_shape), classes=10, hidden=[64], seed=0)
-    trained, loss = with_loss(net.as_float64())
-    executor = executor_by_name("tensorflow", trained)
     opt = get_plugin_manager().load("d5.optimizers", optimizer)(lr=lr)
-    sampler = make_sampler("shuffle", len(train), 32, seed=0)
-    return Trainer(
-        executor, loss, opt, train, sampler, schedule=lambda s: lr / (1 + s),
-        transforms=lambda x, rng: x.astype(np.float64),
-        stop=StopConditions(max_epochs=1, max_steps=steps), progress=False, native=native,
-    )  # fmt: skip
+    schedule = lambda s: lr / (1 + s)  # noqa: E731
+    return digits_trainer("tensorflow", opt, steps=steps, schedule=schedule, native=native)
 
 
 @pytest.mark.parametrize(("name", "lr"), [("momentum", 0.1), ("adam", 1e-2), ("rmsprop", 1e-2)])
@@ -69,12 +61,7 @@ def test_the_native_path_updates_the_executors_own_variables() -> None:
 
 
 def _d5_run(d5_cli: Any, tmp_path: Path, *sets: str) -> dict[str, Any]:
-    args = [a for s in sets for a in ("--set", s)]
-    result = d5_cli("run", str(RECIPE), "--db", str(tmp_path / "r.sqlite"), "--json", *args)
-    assert result.exit_code == 0, result.stderr
-    (doc,) = read_json(result.stdout, "run")["runs"]
-    assert doc["passed"] is True and doc["metrics"]["final_test_accuracy"] >= 0.9
-    return dict(doc)
+    return d5_run_json(d5_cli, RECIPE, tmp_path / "r.sqlite", *sets)
 
 
 def test_d5_run_digits_on_tensorflow_passes_with_the_recipes_numpy_optimizer(
@@ -94,14 +81,7 @@ def test_d5_run_with_tf_momentum_takes_the_native_path(d5_cli: Any, tmp_path: Pa
 
 def test_two_runs_with_the_same_seed_give_identical_loss_curves() -> None:
     sets = ["executor=tensorflow", "optimizer=tf-momentum"]
-    first = prepare(RECIPE, sets, seed=3).trainer.run()
-    second = prepare(RECIPE, sets, seed=3).trainer.run()
-    assert first.optimizer_path == second.optimizer_path == "native"
-    assert len(first.losses) > 40  # two epochs or more: the target takes a while
-    np.testing.assert_array_equal(first.losses, second.losses)
-    assert first.final_test_accuracy == second.final_test_accuracy
-    other = prepare(RECIPE, sets, seed=4).trainer.run()  # the seed does matter
-    assert other.losses[:10] != first.losses[:10]
+    assert_seeded_runs_repeat(RECIPE, sets)
 
 
 def test_a_native_state_of_convolution_kernels_is_saved_in_the_onnx_layout():
@@ -109,10 +89,9 @@ def test_a_native_state_of_convolution_kernels_is_saved_in_the_onnx_layout():
     reference's (ONNX) layout, and loads back onto the same variables."""
     from d5_plugin_tensorflow.executor import TensorFlowExecutor
 
-    from d5core.networks import zoo
-    from d5core.runners.networks import with_loss
+    from d5core.testing.executors import build_network, with_loss
 
-    network, loss = with_loss(zoo.build("lenet5", input_shape=(1, 12, 12), classes=3, seed=0))
+    network, loss = with_loss(build_network("lenet5", input_shape=(1, 12, 12), classes=3, seed=0))
     executor = TensorFlowExecutor(network)
     optimizer = get_plugin_manager().load("d5.optimizers", "tf-momentum")(lr=0.1)
     optimizer.bind(executor)

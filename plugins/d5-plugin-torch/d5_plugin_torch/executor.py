@@ -59,14 +59,9 @@ from d5_plugin_torch.graph_ops.shape import ShapeOps
 from d5_plugin_torch.graph_ops.signal import SignalOps
 from d5_plugin_torch.ops._base import resolve_device
 from d5_plugin_torch.ops.normalization import reference_mask
-from d5core.api import (
-    GRAPH_NODE,
-    GraphExecutor,
-    NativeTraining,
-    Network,
-    UsageError,
+from d5core.api import GRAPH_NODE, GraphExecutor, NativeTraining, Network, UsageError, get_bus
+from d5core.onnx import (
     constant_value,
-    get_bus,
     legacy_broadcast,
     legacy_broadcast_shape,
     node_attributes,

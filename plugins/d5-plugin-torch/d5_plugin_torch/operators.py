@@ -8,14 +8,14 @@ the plugin module (:mod:`d5_plugin_torch.plugin`) never imports it.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import torch
 
 from d5_plugin_torch.ops import OPERATOR_CLASSES, TorchOperator
 from d5_plugin_torch.ops._base import FLOAT_DTYPES, resolve_device
-from d5core.api import OperatorBackend, TensorDescriptor, UsageError
+from d5core.onnx import SlottedBackend
 
 __all__ = ["OPERATORS", "TorchBackend", "TorchOperator"]
 
@@ -23,7 +23,7 @@ __all__ = ["OPERATORS", "TorchBackend", "TorchOperator"]
 OPERATORS: Mapping[str, type[TorchOperator]] = {cls.op_type: cls for cls in OPERATOR_CLASSES}
 
 
-class TorchBackend(OperatorBackend):
+class TorchBackend(SlottedBackend[TorchOperator]):
     """PyTorch operators on one device: ``"cpu"`` (the default) or a CUDA device.
 
     >>> backend = TorchBackend()                 # doctest: +SKIP
@@ -32,30 +32,14 @@ class TorchBackend(OperatorBackend):
 
     name: ClassVar[str] = "torch"
     dtypes: ClassVar[tuple[str, ...]] = tuple(FLOAT_DTYPES)
+    operator_classes = OPERATORS
 
     def __init__(self, device: str | torch.device = "cpu") -> None:
         self.torch_device = resolve_device(device)
         #: The device operators run on, as passed to the ``d5_synchronize`` hook.
         self.device = str(self.torch_device)
 
-    def supported(self) -> Collection[str]:
-        """The ONNX operator types this backend implements."""
-        return tuple(OPERATORS)
-
-    def create(
-        self,
-        op_type: str,
-        attributes: Mapping[str, Any],
-        inputs: Sequence[TensorDescriptor],
-    ) -> TorchOperator:
-        """Build ``op_type`` with ``attributes`` for ``inputs``, checking their count,
-        dtypes and shapes (values of shape and axes inputs are checked when given)."""
-        cls = OPERATORS.get(op_type)
-        if cls is None:
-            raise UsageError(
-                f"the torch backend has no operator {op_type!r}; it implements "
-                f"{', '.join(sorted(OPERATORS))}"
-            )
-        op = cls(attributes, device=self.torch_device)
-        op.check_descriptors(inputs)
+    def instantiate(self, cls: type[Any], attributes: Mapping[str, Any]) -> TorchOperator:
+        """A new operator of ``cls`` on this backend's device."""
+        op: TorchOperator = cls(attributes, device=self.torch_device)
         return op

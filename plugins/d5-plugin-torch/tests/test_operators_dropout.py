@@ -15,8 +15,7 @@ from d5_plugin_torch.operators import TorchBackend, TorchOperator
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from d5core.levels.operators import TensorDescriptor
-from d5core.validate import gradcheck
+from d5core.api import TensorDescriptor, gradcheck
 
 DTYPES = pytest.mark.parametrize("dtype", ["float32", "float64"])
 TOLERANCE = {"float32": 1e-6, "float64": 1e-14}

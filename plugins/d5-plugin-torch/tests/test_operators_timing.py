@@ -15,9 +15,8 @@ import pytest
 import torch
 from d5_plugin_torch.operators import OPERATORS, TorchBackend, TorchOperator
 
-from d5core.levels.operators import TensorDescriptor
+from d5core.api import TensorDescriptor, default_grad_outputs
 from d5core.testing.operator_agreement import small_problems
-from d5core.validate import default_grad_outputs
 
 _rng = np.random.default_rng(7)
 

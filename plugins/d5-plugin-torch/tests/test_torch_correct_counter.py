@@ -13,12 +13,9 @@ import numpy as np
 import torch
 from d5_plugin_torch.executor import DeviceCorrectCounter
 
-from d5core.networks import zoo
-from d5core.plugins import get_plugin_manager
-from d5core.runners.networks import executor_by_name, with_loss
-from d5core.training.datasets import load_dataset
-from d5core.training.samplers import make_sampler
-from d5core.training.trainer import StopConditions, Trainer
+from d5core.api import get_plugin_manager, load_dataset
+from d5core.testing.executors import build_network, executor_by_name, with_loss
+from d5core.testing.training import StopConditions, Trainer, make_sampler
 
 
 def _per_batch(batches: list[tuple[torch.Tensor, torch.Tensor]]) -> int:
@@ -63,7 +60,7 @@ def test_device_counter_keeps_no_batch_between_steps() -> None:
 
 def _trainer(*, counter: bool) -> Trainer:
     train = load_dataset("synthetic_classification", "train", samples=200, features=8, classes=3)
-    net = zoo.build("mlp", input_shape=(8,), classes=3, hidden=[16], seed=0)
+    net = build_network("mlp", input_shape=(8,), classes=3, hidden=[16], seed=0)
     trained, loss = with_loss(net)
     executor = executor_by_name("torch", trained)
     if not counter:  # the per-step count of an executor without a device counter

@@ -9,9 +9,8 @@ import torch
 from d5_plugin_torch.executor import TorchExecutor
 from onnx import TensorProto, helper
 
-from d5core.bus import GRAPH_NODE, use_bus
-from d5core.errors import UsageError
-from d5core.networks.network import Network
+from d5core.api import GRAPH_NODE, UsageError, use_bus
+from d5core.onnx.network import Network
 from d5core.testing.networks import cnn, feeds_for, mlp
 from d5core.testing.reference_agreement import ReferenceAgreementTests
 
@@ -93,10 +92,9 @@ def test_values_are_dropped_after_their_last_reader_and_outputs_kept() -> None:
     """As eager code lets its temporaries go: the allocator reuses their memory at once
     (kept to the end, a resnet20 forward pass faulted in fresh pages and ran 1.6x slower
     than torch.nn)."""
-    from d5core.networks import zoo
-    from d5core.runners.networks import make_feeds, with_loss
+    from d5core.testing.executors import build_network, make_feeds, with_loss
 
-    net, loss = with_loss(zoo.build("resnet20", input_shape=(3, 8, 8), classes=4, seed=0))
+    net, loss = with_loss(build_network("resnet20", input_shape=(3, 8, 8), classes=4, seed=0))
     feeds = make_feeds(net, 2, seed=0)
     ex = TorchExecutor(net)
     env = ex.prepare_inference(feeds)()

@@ -7,14 +7,13 @@ import pytest
 import torch
 from d5_plugin_torch.executor import TorchExecutor
 
-from d5core.errors import UsageError
-from d5core.networks import zoo
-from d5core.runners.networks import make_feeds, with_loss
+from d5core.api import UsageError
+from d5core.testing.executors import build_network, make_feeds, with_loss
 
 
 @pytest.fixture()
 def setup() -> tuple[TorchExecutor, str, dict[str, np.ndarray]]:
-    net, loss = with_loss(zoo.build("mlp", input_shape=(8,), classes=3, hidden=[5], seed=0))
+    net, loss = with_loss(build_network("mlp", input_shape=(8,), classes=3, hidden=[5], seed=0))
     return TorchExecutor(net), loss, make_feeds(net, 4, seed=1)
 
 
@@ -74,7 +73,7 @@ def test_the_executor_declares_the_native_training_protocol(setup) -> None:
     from d5_plugin_torch.optimizers import TorchSGD
 
     from d5core.api import CorrectCounter, NativeTraining, get_plugin_manager
-    from d5core.training.trainer import native_capable
+    from d5core.testing.training import native_capable
 
     ex, _, _ = setup
     assert isinstance(ex, NativeTraining)

@@ -14,7 +14,7 @@ from d5_plugin_torch.executor import TorchExecutor
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
-from d5core.errors import UsageError
+from d5core.api import UsageError
 from d5core.testing.reference_agreement import compare_with_reference
 
 RNG = np.random.default_rng(0)

@@ -9,7 +9,7 @@ import pytest
 import torch
 from d5_plugin_torch.optimizers import TorchOptimizer
 
-from d5core.errors import UsageError
+from d5core.api import UsageError
 from d5core.testing.optimizers import (
     CASES,
     IDS,
@@ -56,7 +56,7 @@ def test_native_step_updates_the_torch_executor_parameters_in_place() -> None:
     from d5_plugin_torch.executor import TorchExecutor
     from onnx import TensorProto, helper, numpy_helper
 
-    from d5core.networks.network import Network
+    from d5core.onnx.network import Network
 
     w = np.array([[1.0, 2.0], [3.0, 4.0]], dtype=np.float32)
     graph = helper.make_graph(

@@ -8,14 +8,14 @@ import sys
 import torch
 from d5_plugin_torch import plugin
 
-from d5core.measure.fitness import snapshot
+from d5core.testing.kernel import fitness_threads
 
 
 def test_the_fitness_record_carries_torch_thread_pools() -> None:
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        threads = snapshot().threads
+        threads = fitness_threads()
     finally:
         torch.set_num_threads(before)
     assert threads["torch.get_num_threads()"] == "1"

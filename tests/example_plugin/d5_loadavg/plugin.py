@@ -9,7 +9,7 @@ import click
 
 from d5core.api import hookimpl
 
-d5_plugin_api = ">=1.0,<2"
+d5_plugin_api = ">=1.1,<2"
 
 #: Load per core above which measurements are likely disturbed by other work.
 BUSY_PER_CORE = 0.5

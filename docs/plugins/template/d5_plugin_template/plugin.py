@@ -13,7 +13,7 @@ from typing import Any
 from d5core.api import hookimpl
 
 #: The d5 plugin-API versions this plugin works with.
-d5_plugin_api = ">=1.0,<2"
+d5_plugin_api = ">=1.1,<2"
 
 
 @hookimpl

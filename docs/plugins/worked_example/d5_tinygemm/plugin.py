@@ -11,7 +11,7 @@ from typing import Any
 
 from d5core.api import hookimpl
 
-d5_plugin_api = ">=1.0,<2"
+d5_plugin_api = ">=1.1,<2"
 
 
 @hookimpl

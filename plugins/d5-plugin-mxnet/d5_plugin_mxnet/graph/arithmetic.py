@@ -24,7 +24,8 @@ from d5_plugin_mxnet.graph.base import (
     Translation,
     node_error,
 )
-from d5core.api import UsageError, legacy_broadcast, legacy_broadcast_shape
+from d5core.api import UsageError
+from d5core.onnx import legacy_broadcast, legacy_broadcast_shape
 
 __all__ = ["OPS", "broadcast_binary"]
 

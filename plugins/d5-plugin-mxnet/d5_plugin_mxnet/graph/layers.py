@@ -22,7 +22,7 @@ import numpy.typing as npt
 import onnx
 
 from d5_plugin_mxnet.graph.base import Context, Reader, Shape, Translated, Translation, node_error
-from d5core.api import resolve_pads
+from d5core.onnx import resolve_pads
 
 __all__ = ["OPS", "explicit_pad", "reference_mask", "spatial_pads"]
 

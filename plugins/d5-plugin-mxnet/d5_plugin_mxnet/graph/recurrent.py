@@ -22,7 +22,8 @@ import numpy as np
 import onnx
 
 from d5_plugin_mxnet.graph.base import Context, Reader, Translated, Translation, node_error
-from d5core.api import RECURRENT_GATES, RecurrentAttributes, UsageError, recurrent_attributes
+from d5core.api import UsageError
+from d5core.onnx import RECURRENT_GATES, RecurrentAttributes, recurrent_attributes
 
 __all__ = ["OPS"]
 

@@ -31,7 +31,7 @@ from d5_plugin_mxnet.graph.base import (
     ints,
     node_error,
 )
-from d5core.api import constant_value
+from d5core.onnx import constant_value
 
 __all__ = ["OPS", "broadcast_to_rank", "mx_dtype"]
 

@@ -31,7 +31,8 @@ from d5_plugin_mxnet.graph import (
     windows,
 )
 from d5_plugin_mxnet.graph.base import Context, NodeFn, Step, Translated, Translation
-from d5core.api import UsageError, constant_value, node_attributes
+from d5core.api import UsageError
+from d5core.onnx import constant_value, node_attributes
 
 __all__ = ["CONSTANT_OPS", "OPS", "SUPPORTED_OPS", "Translator", "fold_constants"]
 

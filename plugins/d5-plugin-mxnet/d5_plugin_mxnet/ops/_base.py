@@ -30,16 +30,14 @@ from typing import Any, ClassVar
 import numpy as np
 
 from d5_plugin_mxnet._mx import mxnet
-from d5core.api import (
-    DescribedInput,
+from d5core.api import UsageError
+from d5core.onnx import (
+    BackendOperator,
     InputSlot,
-    SlottedOperator,
-    TensorDescriptor,
-    UsageError,
-    check_attribute_names,
     check_float_dtypes,
     match_input_slots,
 )
+from d5core.onnx import Signature as PlanSignature
 
 __all__ = [
     "FLOAT_DTYPES",
@@ -72,30 +70,9 @@ def kernel_shape(shape: Sequence[int]) -> tuple[int, ...]:
     return tuple(int(d) for d in shape) or (1,)
 
 
-@dataclass(frozen=True)
-class Signature:
-    """What a kernel is built for: the inputs matched to their slots."""
-
-    #: One entry per input position; ``None`` for an absent optional input.
-    arrays: tuple[np.ndarray[Any, Any] | None, ...]
-    #: The slot of each input position.
-    slots: tuple[Slot, ...]
-    #: The floating element type shared by the float inputs, by numpy name.
-    dtype: str
-    #: False when only descriptors are known: the values of inputs must not be read.
-    values_known: bool = True
-
-    @property
-    def shapes(self) -> tuple[tuple[int, ...] | None, ...]:
-        """The shape of each input (ONNX's), ``None`` where absent."""
-        return tuple(None if a is None else tuple(int(d) for d in a.shape) for a in self.arrays)
-
-    def value(self, name: str) -> np.ndarray[Any, Any] | None:
-        """The array given for the (non-variadic) slot ``name``, or ``None``."""
-        for slot, array in zip(self.slots, self.arrays, strict=True):
-            if slot.name == name:
-                return array
-        return None
+#: The inputs a kernel is built for (``dtype``: the float type's numpy name; shapes are
+#: ONNX's, before any 0-d input is held as ``(1,)``).
+Signature = PlanSignature
 
 
 @dataclass(frozen=True)
@@ -126,7 +103,7 @@ class _Bound:
     shapes: tuple[tuple[int, ...] | None, ...]
 
 
-class MXNetOperator(SlottedOperator):
+class MXNetOperator(BackendOperator):
     """An ONNX operator run by MXNet's imperative API (``mx.nd``) on the CPU.
 
     Subclasses set :attr:`slots` and :attr:`attribute_defaults`, check their attributes in
@@ -139,7 +116,6 @@ class MXNetOperator(SlottedOperator):
 
     def __init__(self, attributes: Mapping[str, Any] | None = None) -> None:
         super().__init__(attributes)
-        check_attribute_names(self.op_type, self.attributes, self.attribute_defaults)
         self.device = "cpu"
         #: What the timed call does besides the operator's own MXNet call; set when a
         #: callable is prepared.
@@ -147,16 +123,6 @@ class MXNetOperator(SlottedOperator):
         self.configure()
 
     # -- what subclasses provide --------------------------------------------
-
-    def configure(self) -> None:
-        """Read and check the attributes (raise ``UsageError`` for a bad one)."""
-
-    def check(self, sig: Signature) -> None:
-        """Check the inputs; raise ``UsageError``.
-
-        Shapes can always be checked; the values of static or index inputs only when
-        ``sig.values_known`` (``create`` checks descriptors, before values exist).
-        """
 
     @abstractmethod
     def build(self, sig: Signature, *, for_grad: bool) -> Plan:
@@ -174,10 +140,6 @@ class MXNetOperator(SlottedOperator):
         """What a stored result should keep about the timed call: the backend, that MXNet
         runs it asynchronously, and the notes of :class:`Plan`."""
         return {"backend": "mxnet", "asynchronous": True, "notes": list(self.timed_notes)}
-
-    def check_descriptors(self, inputs: Sequence[TensorDescriptor]) -> None:
-        """Check inputs described by descriptors, before any array exists."""
-        self._signature([DescribedInput(d) for d in inputs], values_known=False)
 
     def forward(self, inputs: Sequence[np.ndarray[Any, Any]]) -> list[np.ndarray[Any, Any]]:
         """Run the forward pass on numpy arrays (converting in and out; ``asnumpy``

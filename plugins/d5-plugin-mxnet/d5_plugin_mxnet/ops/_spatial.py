@@ -6,32 +6,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from d5_plugin_mxnet.ops._base import MXNetOperator, mx
-from d5core.api import SpatialWindow, check_auto_pad, spatial_window
+from d5_plugin_mxnet.ops._base import mx
+from d5core.onnx import SpatialWindow
 
-__all__ = ["Window", "auto_pad_of", "channel_shape", "pad_spatial", "window"]
+__all__ = ["Window", "channel_shape", "pad_spatial"]
 
 #: How a window slides over the spatial axes of one input (:class:`d5core.api.SpatialWindow`).
 Window = SpatialWindow
-
-
-def auto_pad_of(op: MXNetOperator) -> str:
-    """The operator's ``auto_pad`` attribute, checked."""
-    return check_auto_pad(op.op_type, op.attr("auto_pad"))
-
-
-def window(
-    op: MXNetOperator,
-    sizes: Sequence[int],
-    kernel: Sequence[int],
-    auto_pad: str,
-    *,
-    fit: bool = True,
-) -> Window:
-    """The window of ``op`` over spatial ``sizes`` with a ``kernel``, reading ``strides``,
-    ``dilations`` and ``pads`` and applying ``auto_pad`` as ONNX does
-    (:func:`d5core.api.spatial_window`)."""
-    return spatial_window(op.op_type, sizes, kernel, auto_pad, op.ints, fit=fit, cls=Window)
 
 
 def channel_shape(rank: int, channels: int) -> tuple[int, ...]:

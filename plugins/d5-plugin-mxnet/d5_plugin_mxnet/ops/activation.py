@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from d5_plugin_mxnet.ops._base import Kernel, MXNetOperator, Plan, Signature, mx
-from d5core.api import onnx_signature
+from d5core.onnx import LogSoftmaxRules, SoftmaxRules, onnx_signature
 
 __all__ = ["LeakyRelu", "LogSoftmax", "Relu", "Sigmoid", "Softmax", "Tanh"]
 
@@ -69,32 +69,16 @@ class Tanh(MXNetOperator):
         return _same_shape(sig, lambda x: (tanh(x),))
 
 
-class _AlongAxis(MXNetOperator):
-    def configure(self) -> None:
-        self.axis = int(self.attr("axis"))
-
-    def check(self, sig: Signature) -> None:
-        shape = self.require_rank(sig, 0, at_least=1)
-        if not -len(shape) <= self.axis < len(shape):
-            raise self.fail(f"axis {self.axis} is out of range for input of shape {shape}")
-
-
-class Softmax(_AlongAxis):
+class Softmax(SoftmaxRules, MXNetOperator):
     """ONNX ``Softmax`` (opset 13: along the one axis ``axis``): ``mx.nd.softmax``."""
-
-    op_type = "Softmax"
-    slots, attribute_defaults = onnx_signature("Softmax")
 
     def build(self, sig: Signature, *, for_grad: bool) -> Plan:
         softmax, axis = mx.nd.softmax, self.axis
         return Plan(lambda x: (softmax(x, axis=axis),))
 
 
-class LogSoftmax(_AlongAxis):
+class LogSoftmax(LogSoftmaxRules, MXNetOperator):
     """ONNX ``LogSoftmax`` (opset 13: along the one axis ``axis``): ``mx.nd.log_softmax``."""
-
-    op_type = "LogSoftmax"
-    slots, attribute_defaults = onnx_signature("LogSoftmax")
 
     def build(self, sig: Signature, *, for_grad: bool) -> Plan:
         log_softmax, axis = mx.nd.log_softmax, self.axis

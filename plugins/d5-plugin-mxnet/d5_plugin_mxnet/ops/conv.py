@@ -7,45 +7,15 @@ from collections.abc import Callable
 from typing import Any
 
 from d5_plugin_mxnet.ops._base import MXNetOperator, Plan, Signature, mx
-from d5_plugin_mxnet.ops._spatial import Window, auto_pad_of, channel_shape, pad_spatial
-from d5core.api import conv_transpose_window, conv_window, onnx_signature
+from d5_plugin_mxnet.ops._spatial import channel_shape, pad_spatial
+from d5core.onnx import ConvRules, ConvTransposeRules
 
 __all__ = ["Conv", "ConvTranspose"]
 
 
-class _Convolution(MXNetOperator):
-    def configure(self) -> None:
-        self.auto_pad = auto_pad_of(self)
-        self.group = int(self.attr("group"))
-        if self.group < 1:
-            raise self.fail(f"attribute group must be positive, got {self.group}")
-
-    def _bias(self, sig: Signature) -> tuple[int, ...] | None:
-        return sig.shapes[2] if len(sig.shapes) > 2 else None
-
-    def _shapes(self, sig: Signature) -> tuple[tuple[int, ...], tuple[int, ...]]:
-        x = self.require_rank(sig, 0, (3, 4, 5), what="(N, C, then 1 to 3 spatial axes)")
-        w = self.require_rank(sig, 1, (len(x),), what="(like X: two axes, then the kernel)")
-        kernel_shape = self.ints("kernel_shape")
-        if kernel_shape is not None and tuple(kernel_shape) != w[2:]:
-            raise self.fail(f"attribute kernel_shape {kernel_shape} differs from W's {list(w[2:])}")
-        return x, w
-
-
-class Conv(_Convolution):
+class Conv(ConvRules, MXNetOperator):
     """ONNX ``Conv``: one ``mx.nd.Convolution``; asymmetric pads are applied with
     ``mx.nd.pad`` before it (:func:`~d5_plugin_mxnet.ops._spatial.pad_spatial`)."""
-
-    op_type = "Conv"
-    slots, attribute_defaults = onnx_signature("Conv")
-
-    def _window(self, sig: Signature) -> Window:
-        x, w = self._shapes(sig)
-        args = (self.op_type, x, w, self._bias(sig), self.group, self.auto_pad, self.ints)
-        return conv_window(*args, cls=Window)
-
-    def check(self, sig: Signature) -> None:
-        self._window(sig)
 
     def build(self, sig: Signature, *, for_grad: bool) -> Plan:
         win = self._window(sig)
@@ -100,7 +70,7 @@ def _spread(
     return spread, (*shape[:axis], size, *shape[axis + 1 :])
 
 
-class ConvTranspose(_Convolution):
+class ConvTranspose(ConvTransposeRules, MXNetOperator):
     """ONNX ``ConvTranspose``: one ``mx.nd.Deconvolution``.
 
     Undilated, with symmetric pads and output padding below the stride, it is one
@@ -114,22 +84,6 @@ class ConvTranspose(_Convolution):
     cropped by the pads (a negative pad, from an ``output_shape`` larger than the full
     result, extends it with zeros, as does output padding), and the bias added.
     """
-
-    op_type = "ConvTranspose"
-    slots, attribute_defaults = onnx_signature("ConvTranspose")
-
-    def _geometry(
-        self, sig: Signature
-    ) -> tuple[Window, tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
-        """The window, output padding, full (uncropped) sizes and output sizes."""
-        x, w = self._shapes(sig)
-        args = (self.op_type, x, w, self._bias(sig), self.group, self.auto_pad, self.ints)
-        geometry = conv_transpose_window(*args, cls=Window)
-        win = geometry.window
-        return win, geometry.output_padding, geometry.full, geometry.out
-
-    def check(self, sig: Signature) -> None:
-        self._geometry(sig)
 
     def build(self, sig: Signature, *, for_grad: bool) -> Plan:
         win, output_padding, full, _ = self._geometry(sig)

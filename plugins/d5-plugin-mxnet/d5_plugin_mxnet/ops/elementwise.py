@@ -10,27 +10,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, ClassVar
 
-import numpy as np
-
 from d5_plugin_mxnet.ops._base import MXNetOperator, Plan, Signature, mx
-from d5core.api import onnx_signature
+from d5core.onnx import BroadcastingRules, onnx_signature
 
 __all__ = ["Add", "Div", "Identity", "Mul", "Sub", "Sum"]
 
 
-class _Broadcasting(MXNetOperator):
-    def _out_shape(self, sig: Signature) -> tuple[int, ...]:
-        shapes = [s for s in sig.shapes if s is not None]
-        try:
-            return tuple(np.broadcast_shapes(*shapes))
-        except ValueError:
-            pairs = zip(sig.slots, sig.shapes, strict=True)
-            listed = ", ".join(f"{slot.name} {shape}" for slot, shape in pairs)
-            raise self.fail(f"input shapes do not broadcast: {listed}") from None
-
-    def check(self, sig: Signature) -> None:
-        self._out_shape(sig)
-
+class _Broadcasting(BroadcastingRules, MXNetOperator):
     def plan(self, sig: Signature, kernel: Callable[..., tuple[Any, ...]]) -> Plan:
         out = self._out_shape(sig)
         return Plan(kernel, {} if out else {0: ()})

@@ -8,32 +8,17 @@ from typing import Any
 import numpy as np
 
 from d5_plugin_mxnet.ops._base import MXNetOperator, Plan, Signature, mx
-from d5core.api import gemm_output_shape, onnx_signature
+from d5core.onnx import GemmRules, MatMulRules
 
 __all__ = ["Gemm", "MatMul"]
 
 
-class Gemm(MXNetOperator):
+class Gemm(GemmRules, MXNetOperator):
     """ONNX ``Gemm``: ``Y = alpha * A' B' + beta * C`` with ``C`` broadcast to (M, N).
 
     ``mx.nd.dot`` with its ``transpose_a``/``transpose_b`` flags; scaled when alpha != 1;
     then ``C`` added by ``mx.nd.broadcast_add`` (scaled when beta != 1).
     """
-
-    op_type = "Gemm"
-    slots, attribute_defaults = onnx_signature("Gemm")
-
-    def configure(self) -> None:
-        self.alpha = float(self.attr("alpha"))
-        self.beta = float(self.attr("beta"))
-        self.trans_a = bool(int(self.attr("transA")))
-        self.trans_b = bool(int(self.attr("transB")))
-
-    def check(self, sig: Signature) -> None:
-        a = self.require_rank(sig, 0, (2,), what="(M, K), or (K, M) with transA")
-        b = self.require_rank(sig, 1, (2,), what="(K, N), or (N, K) with transB")
-        c = sig.shapes[2] if len(sig.shapes) > 2 else None
-        gemm_output_shape(a, b, c, trans_a=self.trans_a, trans_b=self.trans_b)
 
     def build(self, sig: Signature, *, for_grad: bool) -> Plan:
         alpha, beta, ta, tb = self.alpha, self.beta, self.trans_a, self.trans_b
@@ -61,7 +46,7 @@ class Gemm(MXNetOperator):
         return Plan(gemm)
 
 
-class MatMul(MXNetOperator):
+class MatMul(MatMulRules, MXNetOperator):
     """ONNX ``MatMul`` (numpy's ``matmul`` semantics).
 
     Two matrices are one ``mx.nd.dot``. Otherwise vectors become a row (A) or a column
@@ -70,9 +55,6 @@ class MatMul(MXNetOperator):
     the result is reshaped to numpy's; all shapes are fixed when the kernel is built.
     """
 
-    op_type = "MatMul"
-    slots, attribute_defaults = onnx_signature("MatMul")
-
     def _shapes(self, sig: Signature) -> tuple[tuple[int, ...], tuple[int, ...]]:
         a = self.require_rank(sig, 0, at_least=1)
         b = self.require_rank(sig, 1, at_least=1)
@@ -80,13 +62,6 @@ class MatMul(MXNetOperator):
         if a[-1] != k_b:
             raise self.fail(f"inner dimensions differ: A is {a} and B is {b}")
         return a, b
-
-    def check(self, sig: Signature) -> None:
-        a, b = self._shapes(sig)
-        try:
-            np.broadcast_shapes(a[:-2], b[:-2])
-        except ValueError:
-            raise self.fail(f"batch dimensions of A {a} and B {b} do not broadcast") from None
 
     def build(self, sig: Signature, *, for_grad: bool) -> Plan:
         a, b = self._shapes(sig)

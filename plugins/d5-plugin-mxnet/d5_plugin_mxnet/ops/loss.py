@@ -5,23 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from d5_plugin_mxnet.ops._base import MXNetOperator, Plan, Signature, mx
-from d5core.api import check_class_labels, onnx_signature
+from d5core.onnx import LOSS_REDUCTIONS as REDUCTIONS
+from d5core.onnx import MeanSquaredErrorRules, SoftmaxCrossEntropyLossRules
 
 __all__ = ["REDUCTIONS", "MeanSquaredError", "SoftmaxCrossEntropyLoss"]
 
-REDUCTIONS = ("mean", "sum", "none")
-
-
-class _Loss(MXNetOperator):
-    def configure(self) -> None:
-        self.reduction = str(self.attr("reduction"))
-        if self.reduction not in REDUCTIONS:
-            raise self.fail(
-                f"reduction must be one of {', '.join(REDUCTIONS)}, got {self.reduction!r}"
-            )
-
-
-class SoftmaxCrossEntropyLoss(_Loss):
+class SoftmaxCrossEntropyLoss(SoftmaxCrossEntropyLossRules, MXNetOperator):
     """ONNX ``SoftmaxCrossEntropyLoss``: outputs the loss and ``log_prob``.
 
     ``mx.nd.log_softmax`` over the class axis, then ``mx.nd.pick`` of each label's
@@ -30,20 +19,6 @@ class SoftmaxCrossEntropyLoss(_Loss):
     so that an out-of-range ignore label reads a valid class first); ``mean`` divides by
     the total weight, as ONNX does. Labels and weights get no gradient.
     """
-
-    op_type = "SoftmaxCrossEntropyLoss"
-    slots, attribute_defaults = onnx_signature("SoftmaxCrossEntropyLoss")
-
-    def configure(self) -> None:
-        super().configure()
-        ignore = self.attr("ignore_index")
-        self.ignore_index = None if ignore is None else int(ignore)
-
-    def check(self, sig: Signature) -> None:
-        scores = self.require_rank(sig, 0, at_least=2, what="(N, C, ...)")
-        weights = sig.shapes[2] if len(sig.shapes) > 2 else None
-        labels = sig.arrays[1] if sig.values_known else None
-        check_class_labels(self.op_type, scores, sig.shapes[1], weights, labels, self.ignore_index)
 
     def build(self, sig: Signature, *, for_grad: bool) -> Plan:
         nd, reduction, ignore = mx.nd, self.reduction, self.ignore_index
@@ -70,20 +45,10 @@ class SoftmaxCrossEntropyLoss(_Loss):
         return Plan(kernel, shapes)
 
 
-class MeanSquaredError(_Loss):
+class MeanSquaredError(MeanSquaredErrorRules, MXNetOperator):
     """d5's ``MeanSquaredError`` (ONNX has none): ``(prediction - target)²`` reduced by
     ``reduction`` (``mx.nd.square`` of the difference, then ``mx.nd.mean`` or
     ``mx.nd.sum``). Both inputs get gradients."""
-
-    op_type = "MeanSquaredError"
-    slots, attribute_defaults = onnx_signature("MeanSquaredError")
-
-    def check(self, sig: Signature) -> None:
-        if sig.shapes[0] != sig.shapes[1]:
-            raise self.fail(
-                f"input target of shape {sig.shapes[1]} must have the shape "
-                f"{sig.shapes[0]} of prediction"
-            )
 
     def build(self, sig: Signature, *, for_grad: bool) -> Plan:
         shape = sig.shapes[0]

@@ -2,23 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
-
-import numpy as np
 
 from d5_plugin_mxnet.ops._base import MXNetOperator, Plan, Signature, kernel_shape, mx
 from d5_plugin_mxnet.ops._spatial import channel_shape
-from d5core.api import check_per_channel, check_scalar_input, dropout_ratio, onnx_signature
+from d5core.onnx import BatchNormalizationRules, DropoutRules, reference_mask
 
 __all__ = ["BatchNormalization", "Dropout", "reference_mask"]
 
 
-def _scalar(value: np.ndarray[Any, Any], kind: type[float] | type[bool]) -> Any:
-    return kind(np.asarray(value).reshape(-1)[0])
-
-
-class BatchNormalization(MXNetOperator):
+class BatchNormalization(BatchNormalizationRules, MXNetOperator):
     """ONNX ``BatchNormalization`` (opset 15).
 
     The forward pass is ``mx.nd.BatchNorm`` with ``use_global_stats`` (it normalizes
@@ -29,19 +22,6 @@ class BatchNormalization(MXNetOperator):
     formula written with broadcasting operators, so that gradients reach every input
     (MXNet's BatchNorm gives none to the statistics it is handed).
     """
-
-    op_type = "BatchNormalization"
-    slots, attribute_defaults = onnx_signature("BatchNormalization")
-
-    def configure(self) -> None:
-        self.epsilon = float(self.attr("epsilon"))
-        self.momentum = float(self.attr("momentum"))
-        self.training = bool(int(self.attr("training_mode")))
-
-    def check(self, sig: Signature) -> None:
-        x = self.require_rank(sig, 0, at_least=2, what="(N, C, ...)")
-        inputs = [(sig.slots[i].name, sig.shapes[i]) for i in range(1, 5)]
-        check_per_channel(self.op_type, x, inputs)
 
     def build(self, sig: Signature, *, for_grad: bool) -> Plan:
         shape = sig.shapes[0]
@@ -81,7 +61,7 @@ class BatchNormalization(MXNetOperator):
         return Plan(lambda x, s, b, mu, var: (norm(x, s, b, mu, var, **options),))
 
 
-class Dropout(MXNetOperator):
+class Dropout(DropoutRules, MXNetOperator):
     """ONNX ``Dropout`` (opset 13), with its ``output`` and boolean ``mask``.
 
     ``ratio`` and ``training_mode`` are optional inputs (an attribute of the same name is
@@ -92,26 +72,6 @@ class Dropout(MXNetOperator):
     the mask scaled by ``1 / (1 - ratio)``: the timed call holds the masking, not the
     drawing of the mask (MXNet's own Dropout draws from its own generator).
     """
-
-    op_type = "Dropout"
-    slots, attribute_defaults = onnx_signature("Dropout")
-
-    def configure(self) -> None:
-        self.seed = int(self.attr("seed"))
-        self.default_ratio = dropout_ratio(self.op_type, float(self.attr("ratio")))
-        self.default_training = bool(int(self.attr("training_mode")))
-
-    def _mode(self, sig: Signature) -> tuple[float, bool]:
-        ratio_in, training_in = sig.value("ratio"), sig.value("training_mode")
-        ratio = self.default_ratio if ratio_in is None else _scalar(ratio_in, float)
-        training = self.default_training if training_in is None else _scalar(training_in, bool)
-        return dropout_ratio(self.op_type, ratio), training
-
-    def check(self, sig: Signature) -> None:
-        for slot, shape in zip(sig.slots[1:], sig.shapes[1:], strict=True):
-            check_scalar_input(self.op_type, slot.name, shape)
-        if sig.values_known:
-            self._mode(sig)
 
     def build(self, sig: Signature, *, for_grad: bool) -> Plan:
         ratio, training = self._mode(sig)
@@ -130,9 +90,3 @@ class Dropout(MXNetOperator):
         mask = mx.nd.array(keep.reshape(held), dtype=sig.dtype)
         scaled = mx.nd.array((keep / (1.0 - ratio)).reshape(held), dtype=sig.dtype)
         return Plan(lambda x: (x * scaled, mask), shapes, dtypes)
-
-
-def reference_mask(shape: Sequence[int], ratio: float, seed: int) -> np.ndarray[Any, Any]:
-    """The keep mask of a training-mode Dropout, as the numpy reference draws it:
-    ``numpy.random.default_rng(seed).random(shape) >= ratio``."""
-    return np.random.default_rng(seed).random(tuple(shape)) >= ratio

@@ -22,33 +22,14 @@ from typing import Any, Literal
 import numpy as np
 
 from d5_plugin_mxnet.ops._base import MXNetOperator, Plan, Signature, mx
-from d5_plugin_mxnet.ops._spatial import Window, auto_pad_of, pad_spatial, window
-from d5core.api import average_pool_divisors, onnx_signature
+from d5_plugin_mxnet.ops._spatial import Window, pad_spatial
+from d5core.onnx import average_pool_divisors
+from d5core.onnx import operator_rules as rules
 
 __all__ = ["AveragePool", "GlobalAveragePool", "MaxPool"]
 
 
-class _Pool(MXNetOperator):
-    def configure(self) -> None:
-        self.auto_pad = auto_pad_of(self)
-        # ONNX sizes the output of auto_pad (VALID, SAME_*) without ceil_mode.
-        self.ceil_mode = bool(int(self.attr("ceil_mode"))) and self.auto_pad == "NOTSET"
-        kernel = self.ints("kernel_shape")
-        if not kernel or any(k < 1 for k in kernel):
-            raise self.fail(f"attribute kernel_shape is required and positive, got {kernel}")
-        self.kernel_shape = tuple(kernel)
-
-    def _window(self, sig: Signature) -> tuple[Window, tuple[int, ...]]:
-        n = len(self.kernel_shape)
-        self.require_rank(sig, 0, (n + 2,), what=f"(N, C and the {n} axes of kernel_shape)")
-        x = sig.shapes[0]
-        assert x is not None
-        win = window(self, x[2:], self.kernel_shape, self.auto_pad)
-        return win, win.out_sizes(self.ceil_mode)
-
-    def check(self, sig: Signature) -> None:
-        self._window(sig)
-
+class _Pool(rules.PoolRules, MXNetOperator):
     def _native(self, win: Window) -> bool:
         """Whether ``mx.nd.Pooling``'s own padding (floor mode) gives the ONNX result."""
         return (
@@ -58,19 +39,8 @@ class _Pool(MXNetOperator):
             and all(b <= k // 2 for (b, _), k in zip(win.pads, win.kernel, strict=True))
         )
 
-    @staticmethod
-    def _explicit_pads(win: Window, out: tuple[int, ...]) -> list[tuple[int, int]]:
-        """Pads after which unpadded, floor-mode pooling yields exactly ``out`` windows;
-        the end pad may be negative (a crop) or exceed ONNX's (ceil mode)."""
-        return [
-            (b, (o - 1) * s + k - size - b)
-            for (b, _), o, s, k, size in zip(
-                win.pads, out, win.strides, win.effective_kernel, win.sizes, strict=True
-            )
-        ]
 
-
-class MaxPool(_Pool):
+class MaxPool(rules.MaxPoolRules, _Pool):
     """ONNX ``MaxPool``, with both outputs: ``Y`` and ``Indices``.
 
     ``Y`` is ``mx.nd.Pooling`` (on the explicitly padded input where needed), or the
@@ -79,15 +49,6 @@ class MaxPool(_Pool):
     in row-major (``storage_order=0``) or column-major (``storage_order=1``) order,
     computed in float64 (exact below 2**53) and returned as int64.
     """
-
-    op_type = "MaxPool"
-    slots, attribute_defaults = onnx_signature("MaxPool")
-
-    def configure(self) -> None:
-        super().configure()
-        self.storage_order = int(self.attr("storage_order"))
-        if self.storage_order not in (0, 1):
-            raise self.fail(f"storage_order must be 0 or 1, got {self.storage_order}")
 
     def _index_table(
         self, win: Window, out: tuple[int, ...], begin: tuple[int, ...]
@@ -149,7 +110,7 @@ class MaxPool(_Pool):
         return Plan(kernel, dtypes={1: "int64"}, notes=tuple(notes))
 
 
-class AveragePool(_Pool):
+class AveragePool(rules.AveragePoolRules, _Pool):
     """ONNX ``AveragePool`` (with opset 19's dilations).
 
     ``mx.nd.Pooling`` with ``count_include_pad`` when its own padding fits; otherwise
@@ -158,13 +119,6 @@ class AveragePool(_Pool):
     mean: ``count_include_pad`` counts explicit pads but not the part of a ceil-mode
     window beyond them.
     """
-
-    op_type = "AveragePool"
-    slots, attribute_defaults = onnx_signature("AveragePool")
-
-    def configure(self) -> None:
-        super().configure()
-        self.count_include_pad = bool(int(self.attr("count_include_pad")))
 
     def build(self, sig: Signature, *, for_grad: bool) -> Plan:
         win, out = self._window(sig)
@@ -209,14 +163,8 @@ class AveragePool(_Pool):
         return Plan(rescaled, notes=notes)
 
 
-class GlobalAveragePool(MXNetOperator):
+class GlobalAveragePool(rules.GlobalAveragePoolRules, MXNetOperator):
     """ONNX ``GlobalAveragePool``: ``mx.nd.mean`` over all spatial axes, kept as size 1."""
-
-    op_type = "GlobalAveragePool"
-    slots, attribute_defaults = onnx_signature("GlobalAveragePool")
-
-    def check(self, sig: Signature) -> None:
-        self.require_rank(sig, 0, at_least=3, what="(N, C, spatial...)")
 
     def build(self, sig: Signature, *, for_grad: bool) -> Plan:
         shape = sig.shapes[0]

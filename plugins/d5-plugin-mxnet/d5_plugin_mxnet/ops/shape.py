@@ -9,19 +9,8 @@ own way), ``mx.nd.transpose`` or ``mx.nd.concat``.
 
 from __future__ import annotations
 
-from typing import Any
-
 from d5_plugin_mxnet.ops._base import MXNetOperator, Plan, Signature, kernel_shape, mx
-from d5core.api import (
-    check_concat_shapes,
-    flatten_target,
-    integer_values,
-    onnx_signature,
-    reshape_target,
-    squeeze_axes,
-    transpose_perm,
-    unsqueeze_axes,
-)
+from d5core.onnx import operator_rules as rules
 
 __all__ = ["Concat", "Flatten", "Reshape", "Squeeze", "Transpose", "Unsqueeze"]
 
@@ -32,31 +21,17 @@ def _reshaped(target: tuple[int, ...]) -> Plan:
     return Plan(lambda x: (reshape(x, shape=held),), {} if target else {0: ()})
 
 
-class Reshape(MXNetOperator):
+class Reshape(rules.ReshapeRules, MXNetOperator):
     """ONNX ``Reshape`` (0 copies the input's dimension unless ``allowzero``; -1 is
     inferred): ``mx.nd.reshape``."""
 
-    op_type = "Reshape"
-    slots, attribute_defaults = onnx_signature("Reshape")
-
-    def configure(self) -> None:
-        self.allowzero = bool(int(self.attr("allowzero")))
-
     def _target(self, sig: Signature) -> tuple[int, ...] | None:
-        self.require_rank(sig, 1, (1,), what="(the new shape)")
-        data, shape = sig.shapes[0], sig.value("shape")
-        if not sig.values_known or shape is None or data is None:
-            return None
-        wanted = integer_values(self.op_type, "shape", shape)
-        target = tuple(reshape_target(data, wanted, allowzero=self.allowzero))
-        if 0 in target:
+        target = super()._target(sig)
+        if target is not None and 0 in target:
             raise self.fail(
                 f"target shape {target} has an axis of size 0, which MXNet 1.9's arrays cannot hold"
             )
         return target
-
-    def check(self, sig: Signature) -> None:
-        self._target(sig)
 
     def build(self, sig: Signature, *, for_grad: bool) -> Plan:
         target = self._target(sig)
@@ -64,37 +39,15 @@ class Reshape(MXNetOperator):
         return _reshaped(target)
 
 
-class Flatten(MXNetOperator):
+class Flatten(rules.FlattenRules, MXNetOperator):
     """ONNX ``Flatten``: a 2-D result split at ``axis``, by ``mx.nd.reshape``."""
-
-    op_type = "Flatten"
-    slots, attribute_defaults = onnx_signature("Flatten")
-
-    def _target(self, sig: Signature) -> tuple[int, int]:
-        shape = sig.shapes[0]
-        assert shape is not None
-        return flatten_target(shape, int(self.attr("axis")))
-
-    def check(self, sig: Signature) -> None:
-        self._target(sig)
 
     def build(self, sig: Signature, *, for_grad: bool) -> Plan:
         return _reshaped(self._target(sig))
 
 
-class Transpose(MXNetOperator):
+class Transpose(rules.TransposeRules, MXNetOperator):
     """ONNX ``Transpose`` (default: reverse the axes): ``mx.nd.transpose``."""
-
-    op_type = "Transpose"
-    slots, attribute_defaults = onnx_signature("Transpose")
-
-    def _perm(self, sig: Signature) -> tuple[int, ...]:
-        shape = sig.shapes[0]
-        assert shape is not None
-        return tuple(transpose_perm(shape, self.ints("perm")))
-
-    def check(self, sig: Signature) -> None:
-        self._perm(sig)
 
     def build(self, sig: Signature, *, for_grad: bool) -> Plan:
         perm = self._perm(sig)
@@ -105,20 +58,8 @@ class Transpose(MXNetOperator):
         return Plan(lambda x: (transpose(x, axes=perm),))
 
 
-class Concat(MXNetOperator):
+class Concat(rules.ConcatRules, MXNetOperator):
     """ONNX ``Concat`` along ``axis``: ``mx.nd.concat``."""
-
-    op_type = "Concat"
-    slots, attribute_defaults = onnx_signature("Concat")
-
-    def configure(self) -> None:
-        if self.attr("axis") is None:
-            raise self.fail("attribute axis is required")
-        self.axis = int(self.attr("axis"))
-
-    def check(self, sig: Signature) -> None:
-        shapes = [s for s in sig.shapes if s is not None]
-        check_concat_shapes(shapes, self.axis)
 
     def build(self, sig: Signature, *, for_grad: bool) -> Plan:
         shape = sig.shapes[0]
@@ -127,54 +68,21 @@ class Concat(MXNetOperator):
         return Plan(lambda *xs: (concat(*xs, dim=axis),))
 
 
-class Squeeze(MXNetOperator):
+class Squeeze(rules.SqueezeRules, MXNetOperator):
     """ONNX ``Squeeze`` (opset 13: ``axes`` is an input; without it every axis of size 1
     goes): ``mx.nd.reshape`` to the squeezed shape."""
 
-    op_type = "Squeeze"
-    slots, attribute_defaults = onnx_signature("Squeeze")
-
-    def _target(self, sig: Signature) -> tuple[int, ...] | None:
-        shape = sig.shapes[0]
-        assert shape is not None
-        given = sig.value("axes")
-        if given is not None and not sig.values_known:
-            return None
-        dims = set(squeeze_axes(shape, given))
-        return tuple(d for i, d in enumerate(shape) if i not in dims)
-
-    def check(self, sig: Signature) -> None:
-        self._target(sig)
-
     def build(self, sig: Signature, *, for_grad: bool) -> Plan:
-        target = self._target(sig)
+        target = self._squeezed(sig)
         assert target is not None
         return _reshaped(target)
 
 
-class Unsqueeze(MXNetOperator):
+class Unsqueeze(rules.UnsqueezeRules, MXNetOperator):
     """ONNX ``Unsqueeze`` (opset 13: ``axes``, a required input, counts in the output's
     rank): ``mx.nd.reshape`` to the expanded shape."""
 
-    op_type = "Unsqueeze"
-    slots, attribute_defaults = onnx_signature("Unsqueeze")
-
-    def _target(self, sig: Signature) -> tuple[int, ...] | None:
-        shape = sig.shapes[0]
-        assert shape is not None
-        given = sig.value("axes")
-        if given is not None and not sig.values_known:
-            return None
-        dims: Any = unsqueeze_axes(shape, given)
-        rank = len(shape) + len(dims)
-        at = sorted(d % rank for d in dims)
-        rest = iter(shape)
-        return tuple(1 if i in at else next(rest) for i in range(rank))
-
-    def check(self, sig: Signature) -> None:
-        self._target(sig)
-
     def build(self, sig: Signature, *, for_grad: bool) -> Plan:
-        target = self._target(sig)
+        target = self._expanded(sig)
         assert target is not None
         return _reshaped(target)

@@ -24,9 +24,9 @@ import onnx
 from d5_plugin_mxnet.graph.base import Context
 from d5_plugin_mxnet.graph.translation import OPS, Translator
 from d5_plugin_mxnet.ops._base import MXNetOperator, Plan, Signature, mx
-from d5core.api import (
+from d5core.api import UsageError
+from d5core.onnx import (
     GraphNodeOperator,
-    UsageError,
     graph_operator_classes,
     node_attributes,
     one_node,
@@ -111,7 +111,7 @@ class TranslatedOperator(GraphNodeOperator, MXNetOperator):
         ]
         at = {name: k for k, (name, a) in enumerate(tensors) if a is not None}
         picked = [at[name] for name in translated.inputs]
-        shapes = [tuple(int(d) for d in tensors[k][1].shape) or (1,) for k in picked]  # type: ignore[union-attr]
+        shapes = [tuple(int(d) for d in tensors[k][1].shape) or (1,) for k in picked]
         dtype = np.dtype(sig.dtype)
         count, fn = type(self).outputs, translated.fn
 

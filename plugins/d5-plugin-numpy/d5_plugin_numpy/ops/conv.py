@@ -26,7 +26,8 @@ from d5_plugin_numpy.ops.windows import (
     spatial_attribute,
     window_geometry,
 )
-from d5core.api import AUTO_PADS, UsageError
+from d5core.api import UsageError
+from d5core.onnx import AUTO_PADS
 
 __all__ = ["Conv", "ConvTranspose"]
 

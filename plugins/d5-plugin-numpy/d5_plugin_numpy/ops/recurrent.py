@@ -41,11 +41,10 @@ from typing import Any, ClassVar
 import numpy as np
 
 from d5_plugin_numpy.ops.base import FLOAT_DTYPES, ReferenceOperator
-from d5core.api import (
+from d5core.api import TensorDescriptor, UsageError
+from d5core.onnx import (
     RECURRENT_GATES,
     RecurrentActivationSpec,
-    TensorDescriptor,
-    UsageError,
     onnx_signature,
     recurrent_attributes,
 )

@@ -16,7 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from d5core.api import UsageError, resolve_pads
+from d5core.api import UsageError
+from d5core.onnx import resolve_pads
 
 __all__ = ["Geometry", "crop", "gather", "pad", "scatter", "window_geometry"]
 

@@ -15,7 +15,8 @@ import onnx
 
 from d5_plugin_tensorflow._tf import tensorflow
 from d5_plugin_tensorflow.graph.translation import NodeBuilder, NodeFn
-from d5core.api import UsageError, legacy_broadcast, legacy_broadcast_shape
+from d5core.api import UsageError
+from d5core.onnx import legacy_broadcast, legacy_broadcast_shape
 
 __all__ = ["ArithmeticNodes"]
 

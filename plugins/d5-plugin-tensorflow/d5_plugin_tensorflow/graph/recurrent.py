@@ -22,7 +22,8 @@ import onnx
 
 from d5_plugin_tensorflow._tf import tensorflow
 from d5_plugin_tensorflow.graph.translation import NodeBuilder, NodeFn
-from d5core.api import RECURRENT_GATES, UsageError, recurrent_attributes
+from d5core.api import UsageError
+from d5core.onnx import RECURRENT_GATES, recurrent_attributes
 
 __all__ = ["RecurrentNodes"]
 

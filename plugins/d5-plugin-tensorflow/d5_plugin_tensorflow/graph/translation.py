@@ -25,7 +25,8 @@ import numpy as np
 import onnx
 
 from d5_plugin_tensorflow.graph.layout import from_channels_last, to_channels_last
-from d5core.api import UsageError, node_attributes
+from d5core.api import UsageError
+from d5core.onnx import node_attributes
 
 __all__ = ["ChannelsLast", "Fn", "NodeBuilder", "NodeFn", "ints", "rank_of"]
 

@@ -24,7 +24,8 @@ import numpy as np
 
 from d5_plugin_tensorflow._tf import tensorflow
 from d5_plugin_tensorflow.graph.layout import kernel_perm
-from d5core.api import UsageError, resolve_pads
+from d5core.api import UsageError
+from d5core.onnx import resolve_pads
 
 __all__ = [
     "Windows",

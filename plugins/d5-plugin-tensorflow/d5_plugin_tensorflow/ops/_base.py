@@ -23,16 +23,14 @@ from typing import Any
 import numpy as np
 
 from d5_plugin_tensorflow._tf import tensorflow
-from d5core.api import (
-    DescribedInput,
+from d5core.api import UsageError
+from d5core.onnx import (
+    BackendOperator,
     InputSlot,
-    SlottedOperator,
-    TensorDescriptor,
-    UsageError,
-    check_attribute_names,
     check_float_dtypes,
     match_input_slots,
 )
+from d5core.onnx import Signature as PlanSignature
 
 __all__ = [
     "FLOAT_DTYPES",
@@ -64,34 +62,13 @@ Slot = InputSlot
 
 
 @dataclass(frozen=True)
-class Signature:
-    """What a kernel is built for: the inputs matched to their slots."""
-
-    #: One entry per input position; ``None`` for an absent optional input.
-    arrays: tuple[np.ndarray | None, ...]
-    #: The slot of each input position.
-    slots: tuple[Slot, ...]
-    #: The floating element type shared by the float inputs, by numpy name.
-    dtype: str
-    #: False when only descriptors are known: the values of inputs must not be read.
-    values_known: bool = True
-
-    @property
-    def shapes(self) -> tuple[tuple[int, ...] | None, ...]:
-        """The shape of each input, ``None`` where absent."""
-        return tuple(None if a is None else tuple(int(d) for d in a.shape) for a in self.arrays)
+class Signature(PlanSignature):
+    """The inputs a kernel is built for; ``dtype`` is the float type's numpy name."""
 
     @property
     def tf_dtype(self) -> Any:
         """The TensorFlow dtype of the float inputs."""
         return FLOAT_DTYPES[self.dtype]
-
-    def value(self, name: str) -> np.ndarray | None:
-        """The array given for the (non-variadic) slot ``name``, or ``None``."""
-        for slot, array in zip(self.slots, self.arrays, strict=True):
-            if slot.name == name:
-                return array
-        return None
 
     def key(self) -> tuple[Any, ...]:
         """What identifies the kernel built for this signature: the dtype, the shapes
@@ -194,7 +171,7 @@ class Prepared:
         return [_to_numpy(t, layout) for t, layout in zip(results, self.layouts, strict=True)]
 
 
-class TFOperator(SlottedOperator):
+class TFOperator(BackendOperator):
     """An ONNX operator run by TensorFlow on the CPU, in graph mode.
 
     Subclasses set :attr:`slots` and :attr:`attribute_defaults`, check their attributes in
@@ -217,20 +194,9 @@ class TFOperator(SlottedOperator):
         self.timed_notes: tuple[str, ...] = ()
         self._functions: dict[tuple[Any, ...], Any] = {}
         self._plans: dict[tuple[Any, ...], Plan] = {}
-        check_attribute_names(self.op_type, self.attributes, self.attribute_defaults)
         self.configure()
 
     # -- what subclasses provide --------------------------------------------
-
-    def configure(self) -> None:
-        """Read and check the attributes (raise ``UsageError`` for a bad one)."""
-
-    def check(self, sig: Signature) -> None:
-        """Check the inputs; raise ``UsageError``.
-
-        Shapes can always be checked; the values of static or index inputs only when
-        ``sig.values_known`` (``create`` checks descriptors, before values exist).
-        """
 
     def layout_of(self, sig: Signature) -> str:
         """The layout the timed graph works on for inputs matching ``sig``."""
@@ -263,10 +229,6 @@ class TFOperator(SlottedOperator):
             "jit_compile": self.xla,
             "notes": list(self.timed_notes),
         }
-
-    def check_descriptors(self, inputs: Sequence[TensorDescriptor]) -> None:
-        """Check inputs described by descriptors, before any array exists."""
-        self._signature([DescribedInput(d) for d in inputs], values_known=False)
 
     def forward(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         """Run the forward graph on numpy arrays (converting in and out)."""

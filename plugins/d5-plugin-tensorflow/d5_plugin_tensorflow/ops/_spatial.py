@@ -13,12 +13,11 @@ import itertools
 from collections.abc import Sequence
 from typing import Any
 
-from d5_plugin_tensorflow.ops._base import Layout, TFOperator, tf
-from d5core.api import SpatialWindow, check_auto_pad, spatial_window
+from d5_plugin_tensorflow.ops._base import Layout, tf
+from d5core.onnx import SpatialWindow
 
 __all__ = [
     "Window",
-    "auto_pad_of",
     "channels_first_name",
     "channels_last",
     "data_format",
@@ -26,7 +25,6 @@ __all__ = [
     "filter_layout",
     "padding_argument",
     "same_or_valid",
-    "window",
     "window_stack",
 ]
 
@@ -79,27 +77,6 @@ def filter_layout(shape: Sequence[int]) -> Layout:
     if len(shape) == 3:
         kernel_shape = (1, shape[2], shape[1], shape[0])
     return Layout(shape, perm, kernel_shape)
-
-
-def auto_pad_of(op: TFOperator) -> str:
-    """The operator's ``auto_pad`` attribute, checked."""
-    return check_auto_pad(op.op_type, op.attr("auto_pad"))
-
-
-def window(
-    op: TFOperator,
-    sizes: Sequence[int],
-    kernel: Sequence[int],
-    auto_pad: str,
-    *,
-    fit: bool = True,
-) -> Window:
-    """The window of ``op`` over spatial ``sizes`` with a ``kernel`` (from W or an
-    attribute), reading ``strides``, ``dilations`` and ``pads`` and applying ``auto_pad``
-    the way ONNX's Conv and pooling operators do (:func:`d5core.api.resolve_pads`). With
-    ``fit`` the dilated kernel must fit in the padded input (not so for a transposed
-    convolution)."""
-    return spatial_window(op.op_type, sizes, kernel, auto_pad, op.ints, fit=fit, cls=Window)
 
 
 def explicit_pads(win: Window, out: Sequence[int]) -> list[tuple[int, int]]:

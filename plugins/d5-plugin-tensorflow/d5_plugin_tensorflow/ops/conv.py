@@ -18,14 +18,13 @@ from typing import Any
 from d5_plugin_tensorflow.ops._base import Layout, Plan, Signature, TFOperator, tf
 from d5_plugin_tensorflow.ops._spatial import (
     Window,
-    auto_pad_of,
     channels_last,
     data_format,
     filter_layout,
     padding_argument,
     same_or_valid,
 )
-from d5core.api import conv_transpose_window, conv_window, onnx_signature
+from d5core.onnx import ConvolutionRules, ConvRules, ConvTransposeRules
 
 __all__ = ["Conv", "ConvTranspose"]
 
@@ -57,28 +56,13 @@ def _with_bias(conv: Callable[[Any, Any], Any]) -> Callable[..., tuple[Any]]:
     return kernel
 
 
-class _Convolution(TFOperator):
-    def configure(self) -> None:
-        self.auto_pad = auto_pad_of(self)
-        self.group = int(self.attr("group"))
-        if self.group < 1:
-            raise self.fail(f"attribute group must be positive, got {self.group}")
+class _Convolution(ConvolutionRules, TFOperator):
+    window_class = Window
 
     def layout_of(self, sig: Signature) -> str:
         x = sig.shapes[0]
         assert x is not None
         return data_format(len(x) - 2)
-
-    def _bias(self, sig: Signature) -> tuple[int, ...] | None:
-        return sig.shapes[2] if len(sig.shapes) > 2 else None
-
-    def _shapes(self, sig: Signature) -> tuple[tuple[int, ...], tuple[int, ...]]:
-        x = self.require_rank(sig, 0, (3, 4, 5), what="(N, C, then 1 to 3 spatial axes)")
-        w = self.require_rank(sig, 1, (len(x),), what="(like X: two axes, then the kernel)")
-        kernel_shape = self.ints("kernel_shape")
-        if kernel_shape is not None and tuple(kernel_shape) != w[2:]:
-            raise self.fail(f"attribute kernel_shape {kernel_shape} differs from W's {list(w[2:])}")
-        return x, w
 
     def _layouts(self, sig: Signature, out_shape: tuple[int, ...]) -> tuple[Any, ...]:
         x, w = sig.shapes[0], sig.shapes[1]
@@ -89,7 +73,7 @@ class _Convolution(TFOperator):
         return tuple(inputs), (channels_last(out_shape),)
 
 
-class Conv(_Convolution):
+class Conv(ConvRules, _Convolution):
     """ONNX ``Conv``: ``tf.nn.conv2d`` (explicit, even asymmetric, pads) or
     ``tf.nn.conv3d`` (``tf.pad`` first unless TensorFlow's ``SAME`` or ``VALID`` is
     exact), then ``tf.nn.bias_add``.
@@ -102,13 +86,8 @@ class Conv(_Convolution):
     strides with them. XLA compiles every case natively.
     """
 
-    op_type = "Conv"
-    slots, attribute_defaults = onnx_signature("Conv")
-
     def _window(self, sig: Signature) -> Window:
-        x, w = self._shapes(sig)
-        args = (self.op_type, x, w, self._bias(sig), self.group, self.auto_pad, self.ints)
-        win = conv_window(*args, cls=Window)
+        win: Window = super()._window(sig)
         if not self.xla and win.dilated and win.strided:
             raise self.refuse(
                 f"TensorFlow's CPU kernels have no gradient for dilations {list(win.dilations)} "
@@ -116,9 +95,6 @@ class Conv(_Convolution):
                 f"dilations)"
             )
         return win
-
-    def check(self, sig: Signature) -> None:
-        self._window(sig)
 
     def build(self, sig: Signature, *, for_grad: bool) -> Plan:
         onnx = self._window(sig)
@@ -172,7 +148,7 @@ class Conv(_Convolution):
         return Plan(_with_bias(conv), inputs, outputs, tuple(notes))
 
 
-class ConvTranspose(_Convolution):
+class ConvTranspose(ConvTransposeRules, _Convolution):
     """ONNX ``ConvTranspose``: ``tf.nn.conv2d_transpose`` or ``conv3d_transpose``,
     then ``tf.nn.bias_add``.
 
@@ -185,31 +161,17 @@ class ConvTranspose(_Convolution):
     Groups are always split: TensorFlow's transposed convolutions have none.
     """
 
-    op_type = "ConvTranspose"
-    slots, attribute_defaults = onnx_signature("ConvTranspose")
-
     def _geometry(
         self, sig: Signature
     ) -> tuple[Window, tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
         """The window, output padding, full (uncropped) sizes and output sizes."""
-        x, w = self._shapes(sig)
-        args = (self.op_type, x, w, self._bias(sig), self.group, self.auto_pad, self.ints)
-        geometry = conv_transpose_window(*args, cls=Window)
-        win, output_padding, full, out = (
-            geometry.window,
-            geometry.output_padding,
-            geometry.full,
-            geometry.out,
-        )
+        win, output_padding, full, out = super()._geometry(sig)
         if not self.xla and win.dilated:
             raise self.refuse(
                 f"TensorFlow's CPU kernels of transposed convolutions (Conv2DBackpropInput, "
                 f"Conv3DBackpropInput) have no dilations {list(win.dilations)}"
             )
         return win, output_padding, full, out
-
-    def check(self, sig: Signature) -> None:
-        self._geometry(sig)
 
     def build(self, sig: Signature, *, for_grad: bool) -> Plan:
         onnx, output_padding, _, onnx_out = self._geometry(sig)

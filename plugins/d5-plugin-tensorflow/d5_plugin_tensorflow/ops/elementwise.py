@@ -5,23 +5,14 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-import numpy as np
-
 from d5_plugin_tensorflow.ops._base import Plan, Signature, TFOperator, tf
-from d5core.api import onnx_signature
+from d5core.onnx import BroadcastingRules, onnx_signature
 
 __all__ = ["Add", "Div", "Identity", "Mul", "Sub", "Sum"]
 
 
-class _Broadcasting(TFOperator):
-    def check(self, sig: Signature) -> None:
-        shapes = [s for s in sig.shapes if s is not None]
-        try:
-            np.broadcast_shapes(*shapes)
-        except ValueError:
-            pairs = zip(sig.slots, sig.shapes, strict=True)
-            listed = ", ".join(f"{slot.name} {shape}" for slot, shape in pairs)
-            raise self.fail(f"input shapes do not broadcast: {listed}") from None
+class _Broadcasting(BroadcastingRules, TFOperator):
+    """An element-wise operator whose inputs broadcast together (numpy's rules)."""
 
 
 class _Binary(_Broadcasting):

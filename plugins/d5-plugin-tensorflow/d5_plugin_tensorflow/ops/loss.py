@@ -5,23 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from d5_plugin_tensorflow.ops._base import Layout, Plan, Signature, TFOperator, tf
-from d5core.api import check_class_labels, onnx_signature
+from d5core.onnx import LOSS_REDUCTIONS as REDUCTIONS
+from d5core.onnx import MeanSquaredErrorRules, SoftmaxCrossEntropyLossRules
 
 __all__ = ["REDUCTIONS", "MeanSquaredError", "SoftmaxCrossEntropyLoss"]
 
-REDUCTIONS = ("mean", "sum", "none")
-
-
-class _Loss(TFOperator):
-    def configure(self) -> None:
-        self.reduction = str(self.attr("reduction"))
-        if self.reduction not in REDUCTIONS:
-            raise self.fail(
-                f"reduction must be one of {', '.join(REDUCTIONS)}, got {self.reduction!r}"
-            )
-
-
-class SoftmaxCrossEntropyLoss(_Loss):
+class SoftmaxCrossEntropyLoss(SoftmaxCrossEntropyLossRules, TFOperator):
     """ONNX ``SoftmaxCrossEntropyLoss``: outputs the loss and ``log_prob``.
 
     ``tf.nn.log_softmax`` over the classes, then each position's label picked by
@@ -32,23 +21,9 @@ class SoftmaxCrossEntropyLoss(_Loss):
     in ``[0, C)`` or equal ``ignore_index``; labels and weights get no gradient.
     """
 
-    op_type = "SoftmaxCrossEntropyLoss"
-    slots, attribute_defaults = onnx_signature("SoftmaxCrossEntropyLoss")
-
-    def configure(self) -> None:
-        super().configure()
-        ignore = self.attr("ignore_index")
-        self.ignore_index = None if ignore is None else int(ignore)
-
     def layout_of(self, sig: Signature) -> str:
         scores = sig.shapes[0]
         return "channels_last" if scores is not None and len(scores) > 2 else ""
-
-    def check(self, sig: Signature) -> None:
-        scores = self.require_rank(sig, 0, at_least=2, what="(N, C, ...)")
-        weights = sig.shapes[2] if len(sig.shapes) > 2 else None
-        labels = sig.arrays[1] if sig.values_known else None
-        check_class_labels(self.op_type, scores, sig.shapes[1], weights, labels, self.ignore_index)
 
     def build(self, sig: Signature, *, for_grad: bool) -> Plan:
         scores = sig.shapes[0]
@@ -85,20 +60,10 @@ class SoftmaxCrossEntropyLoss(_Loss):
         return Plan(kernel, layouts, (None, log_layout))
 
 
-class MeanSquaredError(_Loss):
+class MeanSquaredError(MeanSquaredErrorRules, TFOperator):
     """d5's ``MeanSquaredError`` (ONNX has none): ``(prediction - target)²`` reduced by
     ``reduction``: ``tf.math.squared_difference``, then ``tf.reduce_mean`` or
     ``tf.reduce_sum``. Both inputs get gradients."""
-
-    op_type = "MeanSquaredError"
-    slots, attribute_defaults = onnx_signature("MeanSquaredError")
-
-    def check(self, sig: Signature) -> None:
-        if sig.shapes[0] != sig.shapes[1]:
-            raise self.fail(
-                f"input target of shape {sig.shapes[1]} must have the shape "
-                f"{sig.shapes[0]} of prediction"
-            )
 
     def build(self, sig: Signature, *, for_grad: bool) -> Plan:
         squared = tf.math.squared_difference

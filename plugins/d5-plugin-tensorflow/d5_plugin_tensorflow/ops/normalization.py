@@ -2,23 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
-
-import numpy as np
 
 from d5_plugin_tensorflow.ops._base import Layout, Plan, Signature, TFOperator, tf
 from d5_plugin_tensorflow.ops._spatial import channels_first_name
-from d5core.api import check_per_channel, check_scalar_input, dropout_ratio, onnx_signature
+from d5core.onnx import BatchNormalizationRules, DropoutRules, reference_mask
 
 __all__ = ["BatchNormalization", "Dropout", "reference_mask"]
 
 
-def _scalar(value: np.ndarray, kind: type[float] | type[bool]) -> Any:
-    return kind(np.asarray(value).reshape(-1)[0])
-
-
-class BatchNormalization(TFOperator):
+class BatchNormalization(BatchNormalizationRules, TFOperator):
     """ONNX ``BatchNormalization`` (opset 15), in ONNX's own channels-first layout.
 
     ``tf.nn.batch_normalization`` with the statistics given (inference) or with the
@@ -29,23 +22,10 @@ class BatchNormalization(TFOperator):
     the gradients of the running outputs reach ``X`` and the statistics inputs too.
     """
 
-    op_type = "BatchNormalization"
-    slots, attribute_defaults = onnx_signature("BatchNormalization")
-
-    def configure(self) -> None:
-        self.epsilon = float(self.attr("epsilon"))
-        self.momentum = float(self.attr("momentum"))
-        self.training = bool(int(self.attr("training_mode")))
-
     def layout_of(self, sig: Signature) -> str:
         x = sig.shapes[0]
         assert x is not None
         return channels_first_name(len(x))
-
-    def check(self, sig: Signature) -> None:
-        x = self.require_rank(sig, 0, at_least=2, what="(N, C, ...)")
-        inputs = [(sig.slots[i].name, sig.shapes[i]) for i in range(1, 5)]
-        check_per_channel(self.op_type, x, inputs)
 
     def build(self, sig: Signature, *, for_grad: bool) -> Plan:
         shape = sig.shapes[0]
@@ -71,7 +51,7 @@ class BatchNormalization(TFOperator):
         return Plan(train, layouts, (None, per_channel, per_channel))
 
 
-class Dropout(TFOperator):
+class Dropout(DropoutRules, TFOperator):
     """ONNX ``Dropout`` (opset 13), with its ``output`` and boolean ``mask``.
 
     ``ratio`` and ``training_mode`` are optional inputs (an attribute of the same name is
@@ -83,29 +63,6 @@ class Dropout(TFOperator):
     timed region holds the masking, not the drawing of the mask (numpy's work, not
     TensorFlow's). Inference returns ``tf.identity`` of the input and a constant mask.
     """
-
-    op_type = "Dropout"
-    slots, attribute_defaults = onnx_signature("Dropout")
-
-    def configure(self) -> None:
-        self.seed = int(self.attr("seed"))
-        self.default_ratio = self._ratio(float(self.attr("ratio")))
-        self.default_training = bool(int(self.attr("training_mode")))
-
-    def _mode(self, sig: Signature) -> tuple[float, bool]:
-        ratio_in, training_in = sig.value("ratio"), sig.value("training_mode")
-        ratio = self.default_ratio if ratio_in is None else _scalar(ratio_in, float)
-        training = self.default_training if training_in is None else _scalar(training_in, bool)
-        return self._ratio(ratio), training
-
-    def _ratio(self, ratio: float) -> float:
-        return dropout_ratio(self.op_type, ratio)
-
-    def check(self, sig: Signature) -> None:
-        for slot, shape in zip(sig.slots[1:], sig.shapes[1:], strict=True):
-            check_scalar_input(self.op_type, slot.name, shape)
-        if sig.values_known:
-            self._mode(sig)
 
     def build(self, sig: Signature, *, for_grad: bool) -> Plan:
         ratio, training = self._mode(sig)
@@ -119,9 +76,3 @@ class Dropout(TFOperator):
         mask = tf.constant(keep)
         scaled = tf.constant(keep / (1.0 - ratio), dtype=sig.tf_dtype)
         return Plan(lambda x: (x * scaled, mask))
-
-
-def reference_mask(shape: Sequence[int], ratio: float, seed: int) -> np.ndarray:
-    """The keep mask of a training-mode Dropout, as the numpy reference draws it:
-    ``numpy.random.default_rng(seed).random(shape) >= ratio``."""
-    return np.random.default_rng(seed).random(tuple(shape)) >= ratio

@@ -21,17 +21,16 @@ import numpy as np
 from d5_plugin_tensorflow.ops._base import Plan, Signature, TFOperator, tf
 from d5_plugin_tensorflow.ops._spatial import (
     Window,
-    auto_pad_of,
     channels_first_name,
     channels_last,
     data_format,
     explicit_pads,
     padding_argument,
     same_or_valid,
-    window,
     window_stack,
 )
-from d5core.api import average_pool_divisors, onnx_signature
+from d5core.onnx import average_pool_divisors
+from d5core.onnx import operator_rules as rules
 
 __all__ = ["AveragePool", "GlobalAveragePool", "MaxPool"]
 
@@ -43,29 +42,11 @@ _WINDOWS_NOTE = (
 )
 
 
-class _Pool(TFOperator):
-    def configure(self) -> None:
-        self.auto_pad = auto_pad_of(self)
-        # ONNX sizes the output of auto_pad (VALID, SAME_*) without ceil_mode.
-        self.ceil_mode = bool(int(self.attr("ceil_mode"))) and self.auto_pad == "NOTSET"
-        kernel = self.ints("kernel_shape")
-        if not kernel or any(k < 1 for k in kernel):
-            raise self.fail(f"attribute kernel_shape is required and positive, got {kernel}")
-        self.kernel_shape = tuple(kernel)
+class _Pool(rules.PoolRules, TFOperator):
+    window_class = Window
 
     def layout_of(self, sig: Signature) -> str:
         return data_format(len(self.kernel_shape))
-
-    def _window(self, sig: Signature) -> tuple[Window, tuple[int, ...]]:
-        n = len(self.kernel_shape)
-        self.require_rank(sig, 0, (n + 2,), what=f"(N, C and the {n} axes of kernel_shape)")
-        x = sig.shapes[0]
-        assert x is not None
-        win = window(self, x[2:], self.kernel_shape, self.auto_pad)
-        return win, win.out_sizes(self.ceil_mode)
-
-    def check(self, sig: Signature) -> None:
-        self._window(sig)
 
     def _shapes(
         self, sig: Signature
@@ -79,7 +60,7 @@ class _Pool(TFOperator):
         return x, lifted, out if len(out) > 1 else (1, *out), (x[0], x[1], *out)
 
 
-class MaxPool(_Pool):
+class MaxPool(rules.MaxPoolRules, _Pool):
     """ONNX ``MaxPool``, with both outputs: ``Y`` and ``Indices``.
 
     ``Indices`` are flat positions in the unpadded input, ``(n * C + c) * prod(spatial)``
@@ -89,15 +70,6 @@ class MaxPool(_Pool):
     with the graph maps those positions to ONNX's. Other pools take the first maximum
     over the window's slices and map the kernel position the same way.
     """
-
-    op_type = "MaxPool"
-    slots, attribute_defaults = onnx_signature("MaxPool")
-
-    def configure(self) -> None:
-        super().configure()
-        self.storage_order = int(self.attr("storage_order"))
-        if self.storage_order not in (0, 1):
-            raise self.fail(f"storage_order must be 0 or 1, got {self.storage_order}")
 
     def _within(self, coords: list[np.ndarray], sizes: tuple[int, ...]) -> np.ndarray:
         """ONNX's position within one image of the (clipped) spatial ``coords``."""
@@ -176,7 +148,7 @@ class MaxPool(_Pool):
         return kernel
 
 
-class AveragePool(_Pool):
+class AveragePool(rules.AveragePoolRules, _Pool):
     """ONNX ``AveragePool`` (with opset 19's dilations): ``tf.nn.avg_pool``.
 
     TensorFlow's ``SAME`` divides by the input elements in each window, which is ONNX's
@@ -184,13 +156,6 @@ class AveragePool(_Pool):
     ``count_include_pad`` counts explicit pads but not the part of a ceil-mode window
     beyond them, as the reference does.
     """
-
-    op_type = "AveragePool"
-    slots, attribute_defaults = onnx_signature("AveragePool")
-
-    def configure(self) -> None:
-        super().configure()
-        self.count_include_pad = bool(int(self.attr("count_include_pad")))
 
     def _divisors(self, win: Window, out: tuple[int, ...]) -> np.ndarray:
         """How many input (or pad) elements ONNX divides each output's sum by."""
@@ -247,15 +212,9 @@ class AveragePool(_Pool):
         return rescaled
 
 
-class GlobalAveragePool(TFOperator):
+class GlobalAveragePool(rules.GlobalAveragePoolRules, TFOperator):
     """ONNX ``GlobalAveragePool``: ``tf.reduce_mean`` over the spatial axes, kept as
     size 1, in ONNX's own channels-first layout."""
-
-    op_type = "GlobalAveragePool"
-    slots, attribute_defaults = onnx_signature("GlobalAveragePool")
-
-    def check(self, sig: Signature) -> None:
-        self.require_rank(sig, 0, at_least=3, what="(N, C, spatial...)")
 
     def layout_of(self, sig: Signature) -> str:
         x = sig.shapes[0]

@@ -10,16 +10,7 @@ transpose, or the concatenation) alone, with a constant target. ``Reshape``,
 from __future__ import annotations
 
 from d5_plugin_tensorflow.ops._base import Plan, Signature, TFOperator, tf
-from d5core.api import (
-    check_concat_shapes,
-    flatten_target,
-    integer_values,
-    onnx_signature,
-    reshape_target,
-    squeeze_axes,
-    transpose_perm,
-    unsqueeze_axes,
-)
+from d5core.onnx import operator_rules as rules
 
 __all__ = ["Concat", "Flatten", "Reshape", "Squeeze", "Transpose", "Unsqueeze"]
 
@@ -29,26 +20,9 @@ def _reshape_to(target: tuple[int, ...]) -> Plan:
     return Plan(lambda x: (reshape(x, shape),))
 
 
-class Reshape(TFOperator):
+class Reshape(rules.ReshapeRules, TFOperator):
     """ONNX ``Reshape`` (0 copies the input's dimension unless ``allowzero``; -1 is
     inferred): ``tf.reshape`` to the resolved shape."""
-
-    op_type = "Reshape"
-    slots, attribute_defaults = onnx_signature("Reshape")
-
-    def configure(self) -> None:
-        self.allowzero = bool(int(self.attr("allowzero")))
-
-    def _target(self, sig: Signature) -> tuple[int, ...] | None:
-        self.require_rank(sig, 1, (1,), what="(the new shape)")
-        data, shape = sig.shapes[0], sig.value("shape")
-        if not sig.values_known or shape is None or data is None:
-            return None
-        wanted = integer_values(self.op_type, "shape", shape)
-        return reshape_target(data, wanted, allowzero=self.allowzero)
-
-    def check(self, sig: Signature) -> None:
-        self._target(sig)
 
     def build(self, sig: Signature, *, for_grad: bool) -> Plan:
         target = self._target(sig)
@@ -56,37 +30,15 @@ class Reshape(TFOperator):
         return _reshape_to(target)
 
 
-class Flatten(TFOperator):
+class Flatten(rules.FlattenRules, TFOperator):
     """ONNX ``Flatten``: a 2-D result split at ``axis``, by ``tf.reshape``."""
-
-    op_type = "Flatten"
-    slots, attribute_defaults = onnx_signature("Flatten")
-
-    def _target(self, sig: Signature) -> tuple[int, int]:
-        shape = sig.shapes[0]
-        assert shape is not None
-        return flatten_target(shape, int(self.attr("axis")))
-
-    def check(self, sig: Signature) -> None:
-        self._target(sig)
 
     def build(self, sig: Signature, *, for_grad: bool) -> Plan:
         return _reshape_to(self._target(sig))
 
 
-class Transpose(TFOperator):
+class Transpose(rules.TransposeRules, TFOperator):
     """ONNX ``Transpose`` (default: reverse the axes): ``tf.transpose``, which copies."""
-
-    op_type = "Transpose"
-    slots, attribute_defaults = onnx_signature("Transpose")
-
-    def _perm(self, sig: Signature) -> tuple[int, ...]:
-        shape = sig.shapes[0]
-        assert shape is not None
-        return transpose_perm(shape, self.ints("perm"))
-
-    def check(self, sig: Signature) -> None:
-        self._perm(sig)
 
     def build(self, sig: Signature, *, for_grad: bool) -> Plan:
         perm = list(self._perm(sig))
@@ -94,73 +46,29 @@ class Transpose(TFOperator):
         return Plan(lambda x: (transpose(x, perm),))
 
 
-class Concat(TFOperator):
+class Concat(rules.ConcatRules, TFOperator):
     """ONNX ``Concat`` along ``axis``: ``tf.concat``."""
-
-    op_type = "Concat"
-    slots, attribute_defaults = onnx_signature("Concat")
-
-    def configure(self) -> None:
-        if self.attr("axis") is None:
-            raise self.fail("attribute axis is required")
-        self.axis = int(self.attr("axis"))
-
-    def check(self, sig: Signature) -> None:
-        shapes = [s for s in sig.shapes if s is not None]
-        check_concat_shapes(shapes, self.axis)
 
     def build(self, sig: Signature, *, for_grad: bool) -> Plan:
         concat, axis = tf.concat, self.axis
         return Plan(lambda *xs: (concat(list(xs), axis),))
 
 
-class Squeeze(TFOperator):
+class Squeeze(rules.SqueezeRules, TFOperator):
     """ONNX ``Squeeze`` (opset 13: ``axes`` is an input; without it every axis of size 1
     goes): ``tf.reshape`` to the shape without them."""
 
-    op_type = "Squeeze"
-    slots, attribute_defaults = onnx_signature("Squeeze")
-
-    def _dims(self, sig: Signature) -> tuple[int, ...] | None:
-        shape = sig.shapes[0]
-        assert shape is not None
-        given = sig.value("axes")
-        if given is not None and not sig.values_known:
-            return None
-        return squeeze_axes(shape, given)
-
-    def check(self, sig: Signature) -> None:
-        self._dims(sig)
-
     def build(self, sig: Signature, *, for_grad: bool) -> Plan:
-        dims = self._dims(sig)
-        shape = sig.shapes[0]
-        assert dims is not None and shape is not None
-        return _reshape_to(tuple(d for i, d in enumerate(shape) if i not in dims))
+        target = self._squeezed(sig)
+        assert target is not None
+        return _reshape_to(target)
 
 
-class Unsqueeze(TFOperator):
+class Unsqueeze(rules.UnsqueezeRules, TFOperator):
     """ONNX ``Unsqueeze`` (opset 13: ``axes``, a required input, counts in the output's
     rank): ``tf.reshape`` to the shape with them."""
 
-    op_type = "Unsqueeze"
-    slots, attribute_defaults = onnx_signature("Unsqueeze")
-
-    def _dims(self, sig: Signature) -> tuple[int, ...] | None:
-        shape = sig.shapes[0]
-        assert shape is not None
-        given = sig.value("axes")
-        if given is not None and not sig.values_known:
-            return None
-        return unsqueeze_axes(shape, given)
-
-    def check(self, sig: Signature) -> None:
-        self._dims(sig)
-
     def build(self, sig: Signature, *, for_grad: bool) -> Plan:
-        dims = self._dims(sig)
-        shape = sig.shapes[0]
-        assert dims is not None and shape is not None
-        rest = iter(shape)
-        target = tuple(1 if i in dims else next(rest) for i in range(len(shape) + len(dims)))
+        target = self._expanded(sig)
+        assert target is not None
         return _reshape_to(target)

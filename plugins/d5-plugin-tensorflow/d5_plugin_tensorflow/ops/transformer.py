@@ -18,13 +18,8 @@ import numpy as np
 
 from d5_plugin_tensorflow.graph.nodes import Translator
 from d5_plugin_tensorflow.ops._base import Plan, Signature, TFOperator
-from d5core.api import (
-    GraphNodeOperator,
-    UsageError,
-    graph_operator_classes,
-    one_node,
-    one_node_opset,
-)
+from d5core.api import UsageError
+from d5core.onnx import GraphNodeOperator, graph_operator_classes, one_node, one_node_opset
 
 __all__ = ["TRANSFORMER_OPERATORS", "TranslatedOperator"]
 

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from d5_plugin_torch.graph_ops.base import Tensor, Translation, TranslatorBase
-from d5core.api import resolve_pads
+from d5core.onnx import resolve_pads
 
 __all__ = ["PoolOps", "dilated_average_pool", "window_sums"]
 

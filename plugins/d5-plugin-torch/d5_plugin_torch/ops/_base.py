@@ -19,16 +19,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from d5core.api import (
-    DescribedInput,
+from d5core.api import UsageError
+from d5core.onnx import (
+    BackendOperator,
     InputSlot,
-    SlottedOperator,
-    TensorDescriptor,
-    UsageError,
-    check_attribute_names,
     check_float_dtypes,
     match_input_slots,
 )
+from d5core.onnx import Signature as PlanSignature
 
 __all__ = [
     "FLOAT_DTYPES",
@@ -54,31 +52,13 @@ _TORCH_ERRORS = (RuntimeError, IndexError, ValueError)
 Slot = InputSlot
 
 
-@dataclass(frozen=True)
-class Signature:
-    """What a kernel is built for: the inputs matched to their slots."""
+@dataclass(frozen=True, kw_only=True)
+class Signature(PlanSignature):
+    """The inputs a kernel is built for, with torch's float type and the device."""
 
-    #: One entry per input position; ``None`` for an absent optional input.
-    arrays: tuple[np.ndarray | None, ...]
-    #: The slot of each input position.
-    slots: tuple[Slot, ...]
     #: The floating element type shared by the float inputs.
     dtype: torch.dtype
     device: torch.device
-    #: False when only descriptors are known: the values of inputs must not be read.
-    values_known: bool = True
-
-    @property
-    def shapes(self) -> tuple[tuple[int, ...] | None, ...]:
-        """The shape of each input, ``None`` where absent."""
-        return tuple(None if a is None else tuple(int(d) for d in a.shape) for a in self.arrays)
-
-    def value(self, name: str) -> np.ndarray | None:
-        """The array given for the (non-variadic) slot ``name``, or ``None``."""
-        for slot, array in zip(self.slots, self.arrays, strict=True):
-            if slot.name == name:
-                return array
-        return None
 
 
 #: Torch element types by numpy name, for inputs and outputs that are not floating.
@@ -148,7 +128,7 @@ class _Bound:
     shapes: tuple[tuple[int, ...] | None, ...]
 
 
-class TorchOperator(SlottedOperator):
+class TorchOperator(BackendOperator):
     """An ONNX operator run by PyTorch on one device.
 
     Subclasses set :attr:`slots` and :attr:`attribute_defaults`, check their attributes in
@@ -160,22 +140,11 @@ class TorchOperator(SlottedOperator):
         self, attributes: Mapping[str, Any] | None = None, *, device: str | torch.device = "cpu"
     ) -> None:
         super().__init__(attributes)
-        check_attribute_names(self.op_type, self.attributes, self.attribute_defaults)
         self.torch_device = resolve_device(device)
         self.device = str(self.torch_device)
         self.configure()
 
     # -- what subclasses provide --------------------------------------------
-
-    def configure(self) -> None:
-        """Read and check the attributes (raise ``UsageError`` for a bad one)."""
-
-    def check(self, sig: Signature) -> None:
-        """Check the inputs; raise ``UsageError``.
-
-        Shapes can always be checked; the values of static or index inputs only when
-        ``sig.values_known`` (``create`` checks descriptors, before values exist).
-        """
 
     @abstractmethod
     def build(self, sig: Signature, *, for_grad: bool) -> Kernel:
@@ -200,14 +169,6 @@ class TorchOperator(SlottedOperator):
         gradient at all (:attr:`no_gradient`, such as ``ConstantOfShape``, whose only
         input is a shape)."""
         return not self.no_gradient
-
-    def check_descriptors(self, inputs: Sequence[TensorDescriptor]) -> None:
-        """Check inputs described by descriptors, before any array exists.
-
-        Static inputs (a ``Reshape`` shape, say) have no values yet, so only what the
-        descriptors fix is checked: count, dtypes and shapes.
-        """
-        self._signature([DescribedInput(d) for d in inputs], values_known=False)
 
     def forward(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         """Run the forward pass on numpy arrays (converting in and out)."""

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from d5_plugin_torch.ops._base import Kernel, Signature, TorchOperator
-from d5core.api import onnx_signature
+from d5core.onnx import LogSoftmaxRules, SoftmaxRules, onnx_signature
 
 __all__ = ["LeakyRelu", "LogSoftmax", "Relu", "Sigmoid", "Softmax", "Tanh"]
 
@@ -62,32 +62,16 @@ class Tanh(_Unary):
         return lambda x: (tanh(x),)
 
 
-class _AlongAxis(_Unary):
-    def configure(self) -> None:
-        self.axis = int(self.attr("axis"))
-
-    def check(self, sig: Signature) -> None:
-        shape = self.require_rank(sig, 0, at_least=1)
-        if not -len(shape) <= self.axis < len(shape):
-            raise self.fail(f"axis {self.axis} is out of range for input of shape {shape}")
-
-
-class Softmax(_AlongAxis):
+class Softmax(SoftmaxRules, _Unary):
     """ONNX ``Softmax`` (opset 13: along the one axis ``axis``): ``torch.softmax``."""
-
-    op_type = "Softmax"
-    slots, attribute_defaults = onnx_signature("Softmax")
 
     def build(self, sig: Signature, *, for_grad: bool) -> Kernel:
         softmax, axis = torch.softmax, self.axis
         return lambda x: (softmax(x, axis),)
 
 
-class LogSoftmax(_AlongAxis):
+class LogSoftmax(LogSoftmaxRules, _Unary):
     """ONNX ``LogSoftmax`` (opset 13: along the one axis ``axis``): ``torch.log_softmax``."""
-
-    op_type = "LogSoftmax"
-    slots, attribute_defaults = onnx_signature("LogSoftmax")
 
     def build(self, sig: Signature, *, for_grad: bool) -> Kernel:
         log_softmax, axis = torch.log_softmax, self.axis

@@ -8,8 +8,8 @@ import torch
 import torch.nn.functional as F
 
 from d5_plugin_torch.ops._base import Kernel, Signature, TorchOperator
-from d5_plugin_torch.ops._spatial import Window, auto_pad_of, pad_argument
-from d5core.api import conv_transpose_window, conv_window, onnx_signature
+from d5_plugin_torch.ops._spatial import pad_argument
+from d5core.onnx import ConvRules, ConvTransposeRules
 
 __all__ = ["Conv", "ConvTranspose"]
 
@@ -17,38 +17,8 @@ _CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
 _CONV_T = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}
 
 
-class _Convolution(TorchOperator):
-    def configure(self) -> None:
-        self.auto_pad = auto_pad_of(self)
-        self.group = int(self.attr("group"))
-        if self.group < 1:
-            raise self.fail(f"attribute group must be positive, got {self.group}")
-
-    def _bias(self, sig: Signature) -> tuple[int, ...] | None:
-        return sig.shapes[2] if len(sig.shapes) > 2 else None
-
-    def _shapes(self, sig: Signature) -> tuple[tuple[int, ...], tuple[int, ...]]:
-        x = self.require_rank(sig, 0, (3, 4, 5), what="(N, C, then 1 to 3 spatial axes)")
-        w = self.require_rank(sig, 1, (len(x),), what="(like X: two axes, then the kernel)")
-        kernel_shape = self.ints("kernel_shape")
-        if kernel_shape is not None and tuple(kernel_shape) != w[2:]:
-            raise self.fail(f"attribute kernel_shape {kernel_shape} differs from W's {list(w[2:])}")
-        return x, w
-
-
-class Conv(_Convolution):
+class Conv(ConvRules, TorchOperator):
     """ONNX ``Conv``: asymmetric pads are applied with ``F.pad`` before the convolution."""
-
-    op_type = "Conv"
-    slots, attribute_defaults = onnx_signature("Conv")
-
-    def _window(self, sig: Signature) -> Window:
-        x, w = self._shapes(sig)
-        args = (self.op_type, x, w, self._bias(sig), self.group, self.auto_pad, self.ints)
-        return conv_window(*args, cls=Window)
-
-    def check(self, sig: Signature) -> None:
-        self._window(sig)
 
     def build(self, sig: Signature, *, for_grad: bool) -> Kernel:
         win = self._window(sig)
@@ -73,7 +43,7 @@ class Conv(_Convolution):
         return padded
 
 
-class ConvTranspose(_Convolution):
+class ConvTranspose(ConvTransposeRules, TorchOperator):
     """ONNX ``ConvTranspose``: asymmetric pads crop the unpadded result.
 
     ``output_shape`` (or ``auto_pad`` SAME_*) sets the pads, split as ONNX prescribes; an
@@ -81,21 +51,6 @@ class ConvTranspose(_Convolution):
     in ONNX's own example. Like ONNX, torch requires each ``output_padding`` to be smaller
     than the stride or the dilation of its axis.
     """
-
-    op_type = "ConvTranspose"
-    slots, attribute_defaults = onnx_signature("ConvTranspose")
-
-    def _geometry(
-        self, sig: Signature
-    ) -> tuple[Window, tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
-        """The window, output padding, full (uncropped) sizes and output sizes."""
-        x, w = self._shapes(sig)
-        args = (self.op_type, x, w, self._bias(sig), self.group, self.auto_pad, self.ints)
-        geometry = conv_transpose_window(*args, cls=Window)
-        return geometry.window, geometry.output_padding, geometry.full, geometry.out
-
-    def check(self, sig: Signature) -> None:
-        self._geometry(sig)
 
     def build(self, sig: Signature, *, for_grad: bool) -> Kernel:
         win, output_padding, full, _ = self._geometry(sig)

@@ -6,26 +6,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import ClassVar
 
-import numpy as np
 import torch
 
 from d5_plugin_torch.ops._base import Kernel, Signature, TorchOperator
-from d5core.api import onnx_signature
+from d5core.onnx import BroadcastingRules, onnx_signature
 
 __all__ = ["Add", "Div", "Identity", "Mul", "Sub", "Sum"]
 
 
-class _Broadcasting(TorchOperator):
+class _Broadcasting(BroadcastingRules, TorchOperator):
     """An element-wise operator whose inputs broadcast together (numpy's rules)."""
-
-    def check(self, sig: Signature) -> None:
-        shapes = [s for s in sig.shapes if s is not None]
-        try:
-            np.broadcast_shapes(*shapes)
-        except ValueError:
-            pairs = zip(sig.slots, sig.shapes, strict=True)
-            listed = ", ".join(f"{slot.name} {self.format_shape(s or ())}" for slot, s in pairs)
-            raise self.fail(f"input shapes do not broadcast: {listed}") from None
 
 
 class _Binary(_Broadcasting):

@@ -16,7 +16,8 @@ import numpy as np
 import torch
 
 from d5_plugin_torch.ops._base import Kernel, Signature, TorchOperator, torch_dtype_of
-from d5core.api import UsageError, integer_values, normalize_axes, onnx_signature
+from d5core.api import UsageError
+from d5core.onnx import integer_values, normalize_axes, onnx_signature
 
 __all__ = [
     "Cast",

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from d5_plugin_torch.ops._base import Kernel, Signature, TorchOperator
 from d5_plugin_torch.ops.elementwise import _Binary, _Broadcasting
-from d5core.api import integer_values, normalize_axes, onnx_signature
+from d5core.onnx import integer_values, normalize_axes, onnx_signature
 
 __all__ = [
     "Equal",

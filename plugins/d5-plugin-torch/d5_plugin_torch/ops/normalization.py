@@ -3,7 +3,7 @@ Dropout mask)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -12,22 +12,18 @@ import torch.nn.functional as F
 from torch import Tensor as T
 
 from d5_plugin_torch.ops._base import Kernel, Signature, TorchOperator
-from d5core.api import (
-    check_per_channel,
-    check_scalar_input,
-    dropout_ratio,
+from d5core.onnx import (
+    BatchNormalizationRules,
+    DropoutRules,
     normalize_axes,
     onnx_signature,
+    reference_mask,
 )
 
 __all__ = ["BatchNormalization", "Dropout", "LayerNormalization", "reference_mask"]
 
 
-def _scalar(value: np.ndarray, kind: type[float] | type[bool]) -> Any:
-    return kind(np.asarray(value).reshape(-1)[0])
-
-
-class BatchNormalization(TorchOperator):
+class BatchNormalization(BatchNormalizationRules, TorchOperator):
     """ONNX ``BatchNormalization`` (opset 15).
 
     Inference mode normalizes with ``input_mean`` and ``input_var`` by
@@ -40,19 +36,6 @@ class BatchNormalization(TorchOperator):
     batch-norm kernel has no derivative for the statistics inputs, so the differentiated
     graph of inference mode is the expression ``(X - mean) * scale / sqrt(var + eps) + B``.
     """
-
-    op_type = "BatchNormalization"
-    slots, attribute_defaults = onnx_signature("BatchNormalization")
-
-    def configure(self) -> None:
-        self.epsilon = float(self.attr("epsilon"))
-        self.momentum = float(self.attr("momentum"))
-        self.training = bool(int(self.attr("training_mode")))
-
-    def check(self, sig: Signature) -> None:
-        x = self.require_rank(sig, 0, at_least=2, what="(N, C, ...)")
-        inputs = [(sig.slots[i].name, sig.shapes[i]) for i in range(1, 5)]
-        check_per_channel(self.op_type, x, inputs)
 
     def build(self, sig: Signature, *, for_grad: bool) -> Kernel:
         shape = sig.shapes[0]
@@ -186,7 +169,7 @@ class LayerNormalization(TorchOperator):
         return kernel
 
 
-class Dropout(TorchOperator):
+class Dropout(DropoutRules, TorchOperator):
     """ONNX ``Dropout`` (opset 13), with its ``output`` and boolean ``mask``.
 
     ``ratio`` and ``training_mode`` are optional inputs (an attribute of the same name is
@@ -197,29 +180,6 @@ class Dropout(TorchOperator):
     the mask scaled by ``1 / (1 - ratio)``: the timed region holds the masking, not the
     drawing of the mask (which is numpy's, not torch's, work).
     """
-
-    op_type = "Dropout"
-    slots, attribute_defaults = onnx_signature("Dropout")
-
-    def configure(self) -> None:
-        self.seed = int(self.attr("seed"))
-        self.default_ratio = self._ratio(float(self.attr("ratio")))
-        self.default_training = bool(int(self.attr("training_mode")))
-
-    def _mode(self, sig: Signature) -> tuple[float, bool]:
-        ratio_in, training_in = sig.value("ratio"), sig.value("training_mode")
-        ratio = self.default_ratio if ratio_in is None else _scalar(ratio_in, float)
-        training = self.default_training if training_in is None else _scalar(training_in, bool)
-        return self._ratio(ratio), training
-
-    def _ratio(self, ratio: float) -> float:
-        return dropout_ratio(self.op_type, ratio)
-
-    def check(self, sig: Signature) -> None:
-        for slot, shape in zip(sig.slots[1:], sig.shapes[1:], strict=True):
-            check_scalar_input(self.op_type, slot.name, shape)
-        if sig.values_known:
-            self._mode(sig)
 
     def build(self, sig: Signature, *, for_grad: bool) -> Kernel:
         ratio, training = self._mode(sig)
@@ -233,11 +193,3 @@ class Dropout(TorchOperator):
         mask = torch.as_tensor(keep, device=device)
         scaled = torch.as_tensor(keep / (1.0 - ratio), dtype=dtype, device=device)
         return lambda x: (x * scaled, mask)
-
-
-def reference_mask(shape: Sequence[int], ratio: float, seed: int) -> np.ndarray:
-    """The keep mask of a training-mode Dropout, as the numpy reference draws it:
-    ``numpy.random.default_rng(seed).random(shape) >= ratio``. It depends on the seed,
-    shape and ratio alone, so every backend and executor that uses it drops the same
-    elements and can be validated against the reference."""
-    return np.random.default_rng(seed).random(tuple(shape)) >= ratio

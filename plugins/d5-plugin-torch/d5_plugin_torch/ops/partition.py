@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from d5_plugin_torch.ops._base import Kernel, Signature, TorchOperator
-from d5core.api import integer_values, onnx_signature
+from d5core.onnx import integer_values, onnx_signature
 
 __all__ = ["Split", "Trilu"]
 

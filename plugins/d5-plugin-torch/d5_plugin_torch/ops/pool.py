@@ -17,8 +17,9 @@ import torch
 import torch.nn.functional as F
 
 from d5_plugin_torch.ops._base import Kernel, Signature, TorchOperator
-from d5_plugin_torch.ops._spatial import Window, auto_pad_of, pad_argument, window
-from d5core.api import average_pool_divisors, onnx_signature
+from d5_plugin_torch.ops._spatial import Window, pad_argument
+from d5core.onnx import average_pool_divisors
+from d5core.onnx import operator_rules as rules
 
 __all__ = ["AveragePool", "GlobalAveragePool", "MaxPool"]
 
@@ -27,46 +28,15 @@ _AVG = {1: F.avg_pool1d, 2: F.avg_pool2d, 3: F.avg_pool3d}
 _CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
 
 
-class _Pool(TorchOperator):
-    def configure(self) -> None:
-        self.auto_pad = auto_pad_of(self)
-        # ONNX sizes the output of auto_pad (VALID, SAME_*) without ceil_mode.
-        self.ceil_mode = bool(int(self.attr("ceil_mode"))) and self.auto_pad == "NOTSET"
-        kernel = self.ints("kernel_shape")
-        if not kernel or any(k < 1 for k in kernel):
-            raise self.fail(f"attribute kernel_shape is required and positive, got {kernel}")
-        self.kernel_shape = tuple(kernel)
-
-    def _window(self, sig: Signature) -> tuple[Window, tuple[int, ...]]:
-        n = len(self.kernel_shape)
-        self.require_rank(sig, 0, (n + 2,), what=f"(N, C and the {n} axes of kernel_shape)")
-        x = sig.shapes[0]
-        assert x is not None
-        win = window(self, x[2:], self.kernel_shape, self.auto_pad)
-        return win, win.out_sizes(self.ceil_mode)
-
-    def check(self, sig: Signature) -> None:
-        self._window(sig)
-
+class _Pool(rules.PoolRules, TorchOperator):
     def _native(self, win: Window) -> bool:
         """Whether torch's own padding gives the ONNX result."""
         return win.symmetric and all(
             b <= k // 2 for (b, _), k in zip(win.pads, win.kernel, strict=True)
         )
 
-    @staticmethod
-    def _explicit_pads(win: Window, out: tuple[int, ...]) -> list[tuple[int, int]]:
-        """Pads after which unpadded, floor-mode pooling yields exactly ``out`` windows;
-        the end pad may be negative (a crop) or exceed ONNX's (ceil mode)."""
-        return [
-            (b, (o - 1) * s + k - size - b)
-            for (b, _), o, s, k, size in zip(
-                win.pads, out, win.strides, win.effective_kernel, win.sizes, strict=True
-            )
-        ]
 
-
-class MaxPool(_Pool):
+class MaxPool(rules.MaxPoolRules, _Pool):
     """ONNX ``MaxPool``, with both outputs: ``Y`` and ``Indices``.
 
     ``Indices`` are flat positions in the unpadded input, ``(n * C + c) * prod(spatial)``
@@ -75,15 +45,6 @@ class MaxPool(_Pool):
     image; they are mapped by adding a constant per image and, where the layouts differ,
     by a lookup table, both built with the kernel.
     """
-
-    op_type = "MaxPool"
-    slots, attribute_defaults = onnx_signature("MaxPool")
-
-    def configure(self) -> None:
-        super().configure()
-        self.storage_order = int(self.attr("storage_order"))
-        if self.storage_order not in (0, 1):
-            raise self.fail(f"storage_order must be 0 or 1, got {self.storage_order}")
 
     def _index_table(
         self, sizes: tuple[int, ...], begin: tuple[int, ...], padded: tuple[int, ...]
@@ -141,20 +102,13 @@ class MaxPool(_Pool):
         return mapped
 
 
-class AveragePool(_Pool):
+class AveragePool(rules.AveragePoolRules, _Pool):
     """ONNX ``AveragePool`` (with opset 19's dilations).
 
     ``count_include_pad`` counts explicit pads but not the part of a ceil-mode window
     beyond them, as torch does. torch's average pooling has no dilation: dilated windows
     are summed by a depthwise convolution with a kernel of ones, then divided.
     """
-
-    op_type = "AveragePool"
-    slots, attribute_defaults = onnx_signature("AveragePool")
-
-    def configure(self) -> None:
-        super().configure()
-        self.count_include_pad = bool(int(self.attr("count_include_pad")))
 
     def _divisors(self, win: Window, out: tuple[int, ...]) -> np.ndarray:
         """How many input (or pad) elements ONNX divides each output's sum by."""
@@ -204,14 +158,8 @@ class AveragePool(_Pool):
         return rescaled
 
 
-class GlobalAveragePool(TorchOperator):
+class GlobalAveragePool(rules.GlobalAveragePoolRules, TorchOperator):
     """ONNX ``GlobalAveragePool``: the mean over all spatial axes, kept as size 1."""
-
-    op_type = "GlobalAveragePool"
-    slots, attribute_defaults = onnx_signature("GlobalAveragePool")
-
-    def check(self, sig: Signature) -> None:
-        self.require_rank(sig, 0, at_least=3, what="(N, C, spatial...)")
 
     def build(self, sig: Signature, *, for_grad: bool) -> Kernel:
         shape = sig.shapes[0]

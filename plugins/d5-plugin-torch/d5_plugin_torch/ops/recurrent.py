@@ -51,11 +51,11 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from d5_plugin_torch.ops._base import Kernel, Signature, TorchOperator
-from d5core.api import (
+from d5core.api import UsageError
+from d5core.onnx import (
     RECURRENT_GATES,
     RecurrentActivationSpec,
     RecurrentAttributes,
-    UsageError,
     onnx_signature,
     recurrent_attributes,
 )

@@ -1,0 +1,292 @@
+"""``d5 run RECIPE``: train under a recipe, store the run, check the recipe's thresholds.
+
+Exit codes: 0 when every METRICS threshold holds, 1 naming the first that does not
+(a diverged run fails its thresholds like any other), 2 for bad input, which is always
+rejected before training starts and before anything is stored (a results database that
+cannot be written included).
+
+The command parses its options and renders; :mod:`d5core.lv2.runner` trains,
+stores (a run killed at any moment reads back ``incomplete`` with what it had measured)
+and checks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from d5core.cli.options import db_option, json_option
+from d5core.cli.output import print_json
+from d5core.cli.tag_option import tag_option
+from d5core.errors import UsageError
+
+if TYPE_CHECKING:
+    from d5core.lv2.runner import TrainedRun
+
+__all__ = ["run"]
+
+
+def _run_document(runs: Sequence[TrainedRun]) -> dict[str, Any]:
+    """What ``d5 run --json`` prints, whatever the number of runs or ranks: whether every
+    threshold held, each run, and the summary over the runs."""
+    from d5core.lv2.runner import repeat_summary
+
+    rows = [r.to_json() for r in runs]
+    return {
+        "passed": all(r.passed for r in runs),
+        "runs": rows,
+        "summary": repeat_summary(rows),
+    }
+
+
+def _report(runs: Sequence[TrainedRun], as_json: bool) -> None:
+    if as_json:
+        print_json(_run_document(runs))
+    else:
+        for one in runs:
+            _echo_run(one)
+
+
+def _echo_run(run: TrainedRun) -> None:
+    """The run's line, and one line per threshold."""
+    result, values = run.result, run.values
+    acc = values["final_test_accuracy"]
+    tta = values["time_to_accuracy"]
+    # a language model's run has a target perplexity and often no target accuracy
+    shows_tta = tta is not None or "final_perplexity" not in values
+    click.echo(
+        f"run {run.run_id}: {result.status} ({result.stop_reason}) after {result.epochs} "
+        f"epochs, {result.steps} steps, {result.wall_s:.2f} s; final test accuracy "
+        f"{'-' if acc is None else f'{acc:.4f}'}"
+        + (
+            f"; time to accuracy {'not reached' if tta is None else f'{tta:.2f} s'}"
+            if shows_tta
+            else ""
+        )
+        + _perplexity_text(values)
+    )
+    for c in run.checks:
+        side = "min" if "min" in c else "max"
+        mark = "ok  " if c["passed"] else "FAIL"
+        click.echo(f"  {mark} {c['metric']} = {c['value']} ({side} {c[side]})")
+    checked = {c["metric"] for c in run.checks}
+    for name, res in run.metric_results.items():
+        if name not in checked:  # a metric measured without a threshold
+            click.echo(f"       {name} = {_shown(values[name], res)}")
+
+
+def _perplexity_text(values: dict[str, float | None]) -> str:
+    """A language model's part of the run's line: final perplexity, time to perplexity."""
+    if "final_perplexity" not in values:
+        return ""
+    ppl, ttp = values["final_perplexity"], values.get("time_to_perplexity")
+    return (
+        f"; final perplexity {'-' if ppl is None else f'{ppl:.4f}'}; time to perplexity "
+        f"{'not reached' if ttp is None else f'{ttp:.2f} s'}"
+    )
+
+
+def _shown(value: float | None, result: dict[str, Any]) -> str:
+    """A selected metric's value with its unit, or why it has none."""
+    if value is None:
+        return f"unavailable ({result['unavailable']})" if "unavailable" in result else "no value"
+    return f"{value:.6g} {result.get('unit', '')}".rstrip()
+
+
+def _echo_summary(runs: Sequence[TrainedRun]) -> None:
+    """The summary line of repeated runs."""
+    from d5core.lv2.runner import repeat_summary
+
+    summary = repeat_summary([r.to_json() for r in runs])
+    if "reached_target_perplexity" in summary:  # a language model's runs
+        olympic = summary["time_to_perplexity_olympic_mean"]
+        click.echo(
+            f"{len(runs)} runs, {summary['reached_target_perplexity']} reached the target "
+            f"perplexity; time to perplexity olympic mean "
+            f"{'-' if olympic is None else f'{olympic:.3f} s'}"
+        )
+        return
+    olympic = summary["time_to_accuracy_olympic_mean"]
+    click.echo(
+        f"{len(runs)} runs, {summary['reached_target']} reached the target; time to accuracy "
+        f"olympic mean {'-' if olympic is None else f'{olympic:.3f} s'}"
+    )
+
+
+def _rank_argv(
+    recipe: Path,
+    sets: Sequence[str],
+    ranks: int,
+    dist_args: dict[str, Any],
+    scheme_options: Sequence[str],
+    rank_timeout: float,
+    as_json: bool,
+    metrics: Sequence[str] = (),
+    tags: Sequence[str] = (),
+) -> Callable[[int, Path], list[str]]:
+    """The arguments each rank's ``d5`` runs, given the resolved seed and database."""
+
+    def argv(seed: int, db_path: Path) -> list[str]:
+        args = ["run", str(recipe), "--seed", str(seed), "--db", str(db_path),
+                "--ranks", str(ranks), "--scheme", dist_args["scheme"],
+                "--rank-timeout", str(rank_timeout)]  # fmt: skip
+        for item in sets:
+            args += ["--set", item]
+        for item in scheme_options:
+            args += ["--scheme-option", item]
+        for name in metrics:
+            args += ["--metric", name]
+        for tag in tags:
+            args += ["--tag", tag]
+        args += ["--json"] if as_json else []
+        args += ["--global-batch"] if dist_args["global_batch"] else []
+        return args
+
+    return argv
+
+
+@click.command("run")
+@click.argument("recipe", type=click.Path(path_type=Path))
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Change a MUTABLE key.")
+@click.option(
+    "--seed",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Override the seed (refused when the recipe freezes it in FIXED).",
+)
+@click.option(
+    "--repeat",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Run N times with seeds SEED, SEED+1, ... (every run keeps a seed FIXED by the "
+    "recipe); each run is stored.",
+)
+@click.option(
+    "--ranks",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Train data-parallel on N ranks (re-launched under the communication plugin's "
+    "launcher unless already under one).",
+)
+@click.option(
+    "--scheme",
+    default=None,
+    metavar="NAME",
+    help="Distribution scheme with --ranks (default: allreduce).",
+)
+@click.option(
+    "--scheme-option",
+    "scheme_options",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="An option of the scheme (repeatable).",
+)
+@click.option(
+    "--rank-timeout",
+    type=click.FloatRange(min=1.0),
+    default=30.0,
+    show_default=True,
+    help="Kill the job when a rank gives no sign of life for this many seconds.",
+)
+@click.option(
+    "--global-batch",
+    is_flag=True,
+    help="Keep batch_size as the global batch: each rank takes batch_size / N.",
+)
+@click.option(
+    "--metric",
+    "metrics",
+    multiple=True,
+    metavar="NAME",
+    help="Also measure this installed metric (d5.metrics), without a threshold (repeatable).",
+)
+@json_option
+@db_option
+@tag_option
+def run(
+    recipe: Path,
+    sets: tuple[str, ...],
+    seed: int | None,
+    repeat: int,
+    ranks: int | None,
+    scheme: str | None,
+    scheme_options: tuple[str, ...],
+    rank_timeout: float,
+    global_batch: bool,
+    metrics: tuple[str, ...],
+    as_json: bool,
+    db: Path | None,
+    tags: tuple[str, ...],
+) -> None:
+    """Train under RECIPE (.toml or .py), store the run and check its METRICS thresholds.
+
+    Exits 0 when every threshold holds (in every run), 1 when one fails, 2 for bad input
+    (checked before anything is stored), 130 when interrupted. The run is stored while it
+    trains, so a killed run keeps what it measured. With --ranks N (N > 1) the run is
+    data-parallel over N MPI ranks. Every run stored carries the --tag names. A recipe
+    with kind = "inference" runs a network under MLPerf LoadGen (docs/inference.md).
+    """
+    from d5core.loadgen.recipe import is_inference_recipe
+
+    if is_inference_recipe(recipe):
+        from d5core.loadgen.scenario_cmd import run_inference_command
+
+        refused = {"--ranks": ranks is not None, "--scheme": scheme is not None,
+                   "--scheme-option": bool(scheme_options), "--global-batch": global_batch,
+                   "--metric": bool(metrics)}  # fmt: skip
+        run_inference_command(recipe, sets=sets, seed=seed, repeat=repeat, as_json=as_json,
+                              db=db, tags=tags, refused=refused)  # fmt: skip
+        return
+    from d5core.lv2.runner import (
+        first_threshold_failure,
+        launch_ranks,
+        run_rank,
+        run_recipe,
+    )
+    from d5core.lv3.launch import (
+        DEFAULT_SCHEME,
+        RankContext,
+        parse_scheme_options,
+        scheme_class,
+    )
+
+    dist_args: dict[str, Any] = {
+        "scheme": scheme or DEFAULT_SCHEME,
+        "scheme_options": parse_scheme_options(scheme_options),
+        "global_batch": global_batch,
+    }
+    ctx = RankContext.from_environment() if ranks is None or ranks > 1 else None
+    if ctx is not None:
+        if ranks is not None and ranks != ctx.size:
+            raise UsageError(f"--ranks {ranks} but the launcher started {ctx.size} ranks")
+        if repeat > 1:
+            raise UsageError("--repeat cannot be combined with several ranks")
+        run_rank(ctx, recipe, sets, seed, dist_args, db=db,
+                 on_run=lambda one: _report([one], as_json), metrics=metrics,
+                 tags=tags)  # fmt: skip
+        return
+    if ranks is not None and ranks > 1:
+        if repeat > 1:
+            raise UsageError("--repeat cannot be combined with --ranks")
+        scheme_class(dist_args["scheme"])
+        argv = _rank_argv(recipe, sets, ranks, dist_args, scheme_options, rank_timeout, as_json,
+                          metrics, tags)  # fmt: skip
+        launch_ranks(recipe, sets, seed, ranks, dist_args, rank_timeout=rank_timeout, db=db,
+                     rank_argv=argv, metrics=metrics, tags=tags)  # fmt: skip
+        return
+    if scheme is not None or scheme_options or global_batch:
+        raise UsageError("--scheme, --scheme-option and --global-batch need --ranks N with N > 1")
+    runs = run_recipe(recipe, sets, seed, repeat=repeat, db=db,
+                      on_run=None if as_json else _echo_run, metrics=metrics,
+                      tags=tags)  # fmt: skip
+    if as_json:
+        print_json(_run_document(runs))
+    elif repeat > 1:
+        _echo_summary(runs)
+    failure = first_threshold_failure(runs)
+    if failure is not None:
+        raise failure

@@ -1,0 +1,498 @@
+"""Level 2: run a recipe: train it, store the run as it trains, check its thresholds.
+
+:func:`run_recipe` is ``d5 run`` in one process, :func:`run_rank` one rank of a
+data-parallel run and :func:`launch_ranks` the parent that starts and watches the
+ranks. The recipe becomes a trainer in :mod:`d5core.lv2.assembly`; this module
+begins the run in the results store (``running``) once the data is loaded and the model
+built, streams its samples as they come (:mod:`d5core.lv2.recording`), so a run
+killed at any moment reads back ``incomplete`` with what it had measured, and finishes
+it. Bad input is refused before anything is stored. Printing is the caller's: each
+function hands its finished runs (:class:`TrainedRun`) to a callback.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from d5core.errors import CheckFailed, D5Error, UsageError
+from d5core.lv2.assembly import Prepared, prepare
+
+__all__ = [
+    "TrainedRun",
+    "begin_run",
+    "distributed_config",
+    "first_threshold_failure",
+    "launch_ranks",
+    "metric_values",
+    "repeat_summary",
+    "run_rank",
+    "run_recipe",
+    "train_one",
+]
+
+#: Units of the per-rank metrics rank 0 stores.
+_RANK_UNITS = {
+    "rank_bytes_sent": "B",
+    "rank_bytes_received": "B",
+    "rank_comm_time": "s",
+    "rank_wall_time": "s",
+}
+
+
+def _finite(value: float | None) -> float | None:
+    """``value``, or ``None`` for a missing, NaN or infinite one (strict JSON has none)."""
+    return value if value is not None and math.isfinite(value) else None
+
+
+@dataclass
+class TrainedRun:
+    """One run that trained to its end and was stored: its thresholds are checked."""
+
+    prep: Prepared
+    run_id: str
+    #: The trainer's :class:`~d5core.lv2.trainer.TrainResult`.
+    result: Any
+    #: :func:`metric_values` of the result.
+    values: dict[str, float | None]
+    #: :func:`~d5core.lv2.recipes.check_thresholds` of the values.
+    checks: list[dict[str, Any]]
+    #: A data-parallel run's ranks, scheme and per-rank figures (``None``: one process).
+    distributed: dict[str, Any] | None = None
+
+    @property
+    def passed(self) -> bool:
+        """Whether every METRICS threshold holds."""
+        return all(c["passed"] for c in self.checks)
+
+    @property
+    def metric_results(self) -> dict[str, Any]:
+        """The whole result of each metric selected by name (METRICS, ``--metric``): its
+        ``unit`` and ``value`` or ``unavailable`` reason, and what else it reports."""
+        return {name: self.result.metrics.get(name, {}) for name in self.prep.selected_metrics}
+
+    def to_json(self) -> dict[str, Any]:
+        """The run as ``d5 run --json`` shows it; NaN and infinite values are ``None``."""
+        row: dict[str, Any] = {
+            "run_id": self.run_id,
+            "recipe": self.prep.recipe.name,
+            "recipe_hash": self.prep.run_hash,
+            "seed": self.prep.seed,
+            "status": self.result.status,
+            "stop_reason": self.result.stop_reason,
+            "passed": self.passed,
+            "epochs": self.result.epochs,
+            "steps": self.result.steps,
+            "metrics": {k: _finite(v) for k, v in self.values.items()},
+            "checks": [{k: _finite(v) if k == "value" else v for k, v in c.items()}
+                       for c in self.checks],
+            "metric_results": self.metric_results,
+        }  # fmt: skip
+        if self.distributed is not None:
+            row["distributed"] = self.distributed
+        return row
+
+
+def metric_values(result: Any, selected: Iterable[str] = ()) -> dict[str, float | None]:
+    """The scalars a recipe may put thresholds on, from a training result: the run's own
+    figures, then the ``value`` of each metric ``selected`` by name (``None`` where it
+    has none: an ``unavailable`` result, or a value that is not a finite number)."""
+    from d5core.metrics.selection import value_of
+
+    training = result.metrics.get("training_accuracy", {}).get("value")
+    final_loss = result.losses[-1] if result.losses else None
+    figures: dict[str, float | None] = {
+        "final_test_accuracy": result.final_test_accuracy,
+        "best_test_accuracy": result.best_test_accuracy,
+        "time_to_accuracy": result.time_to_accuracy,
+        **_perplexity_figures(result),
+        "training_accuracy": float(training) if isinstance(training, int | float) else None,
+        "final_loss": final_loss,
+        "throughput": result.throughput.get("samples_per_s"),
+        "wall_time": result.wall_s,
+        "steps": float(result.steps),
+        "epochs": float(result.epochs),
+    }
+    return {**figures, **{name: value_of(result.metrics.get(name)) for name in selected}}
+
+
+def _perplexity_figures(result: Any) -> dict[str, float | None]:
+    """A language model's figures (final and best perplexity, time to perplexity), for a
+    run whose test passes reported perplexity; none for other runs."""
+    curve = getattr(result, "test_curve", [])
+    if not any("perplexity" in p for p in curve):
+        return {}
+    return {
+        "final_perplexity": getattr(result, "final_perplexity", None),
+        "best_perplexity": getattr(result, "best_perplexity", None),
+        "time_to_perplexity": getattr(result, "time_to_perplexity", None),
+    }
+
+
+def _record_selected(store: Any, run_id: str, run: TrainedRun) -> dict[str, Any]:
+    """Store the value of each metric selected by name, with its own unit and direction;
+    return the config keys that keep their whole results (why one is unavailable, ...)."""
+    results = run.metric_results
+    for name, metric in run.prep.selected_metrics.items():
+        value = run.values.get(name)
+        if value is not None:
+            unit = str(results[name].get("unit", metric.unit))
+            store.add_metric(run_id, name, value, unit=unit, better=metric.better)
+    return {"metric_results": results} if results else {}
+
+
+def _figures(run: TrainedRun) -> dict[str, float | None]:
+    """The run's own figures: its values less those of the metrics selected by name."""
+    return {k: v for k, v in run.values.items() if k not in run.prep.selected_metrics}
+
+
+def repeat_summary(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Time to accuracy over repeated runs as MLPerf reports it: every run counts, one
+    that never reached the target as infinitely slow; the olympic mean (best and worst
+    dropped, from 3 runs on) beside the median and its interval. A figure that falls on
+    a run that did not reach the target is ``None`` ("not reached").
+
+    ``rows`` are :meth:`TrainedRun.to_json` of the runs."""
+    from d5core.results.summaries import range_of, time_to_accuracy_summary
+
+    ttas = [r["metrics"]["time_to_accuracy"] for r in rows]
+    tta = time_to_accuracy_summary([t if isinstance(t, int | float) else None for t in ttas])
+    summary: dict[str, Any] = {
+        "runs": len(rows),
+        "reached_target": tta["reached"],
+        "time_to_accuracy_olympic_mean": tta["olympic_mean"],
+        "time_to_accuracy": {k: _finite(tta[k]) for k in ("median", "ci_low", "ci_high")},
+    }
+    accs = [
+        float(a)
+        for a in (r["metrics"]["final_test_accuracy"] for r in rows)
+        if isinstance(a, int | float)
+    ]
+    if accs:
+        summary["final_test_accuracy"] = {
+            k: v for k, v in range_of(accs).items() if k in ("median", "min", "max")
+        }
+    if any("final_perplexity" in r["metrics"] for r in rows):  # language models
+        ttps = [r["metrics"].get("time_to_perplexity") for r in rows]
+        ttp = time_to_accuracy_summary([t if isinstance(t, int | float) else None for t in ttps])
+        summary["reached_target_perplexity"] = ttp["reached"]
+        summary["time_to_perplexity_olympic_mean"] = ttp["olympic_mean"]
+        summary["time_to_perplexity"] = {
+            k: _finite(ttp[k]) for k in ("median", "ci_low", "ci_high")
+        }
+        ppls = [
+            float(p)
+            for p in (r["metrics"].get("final_perplexity") for r in rows)
+            if isinstance(p, int | float)
+        ]
+        if ppls:
+            summary["final_perplexity"] = {
+                k: v for k, v in range_of(ppls).items() if k in ("median", "min", "max")
+            }
+    return summary
+
+
+def first_threshold_failure(runs: Sequence[TrainedRun]) -> CheckFailed | None:
+    """The error for the first threshold that failed in ``runs`` (``None``: all held)."""
+    for run in runs:
+        for c in run.checks:
+            if not c["passed"]:
+                side = "min" if "min" in c else "max"
+                op = ">=" if side == "min" else "<="
+                shown = "not reached" if c["value"] is None else f"{c['value']:.6g}"
+                if c["value"] is None and c["metric"] in run.prep.selected_metrics:
+                    why = run.metric_results[c["metric"]].get("unavailable")
+                    shown = f"unavailable ({why})" if why else "no value"
+                return CheckFailed(
+                    f"recipe {run.prep.recipe.name}: {c['metric']} = {shown}, needs {op} "
+                    f"{c[side]} (run {run.run_id}, {run.result.status})"
+                )
+    return None
+
+
+def begin_run(
+    store: Any,
+    prep: Prepared,
+    extra: dict[str, Any],
+    environment: dict[str, Any] | None = None,
+    tags: Sequence[str] = (),
+) -> str:
+    """Begin the ``train`` run of ``prep`` (status ``running``); ``extra`` joins its config.
+
+    The stored hash is ``prep.run_hash``: the recipe after overrides and the data read.
+    ``environment`` is captured now unless given; the run carries ``tags`` (``--tag``).
+    """
+    from d5core.environment import capture_environment
+
+    recipe = prep.recipe
+    config = {
+        "recipe": recipe.path,
+        "recipe_form": recipe.form,
+        "recipe_hash": recipe.hash,
+        "loaded_recipe_hash": recipe.loaded_hash,
+        "fixed": recipe.fixed,
+        "mutable": recipe.mutable,
+        "metrics": recipe.metrics,
+        "overrides": recipe.overrides,
+        "settings": prep.settings,
+        "data": prep.data,
+        **({"extra_metrics": list(recipe.extra_metrics)} if recipe.extra_metrics else {}),
+        **extra,
+    }
+    env = dict(environment or capture_environment(seeds={"recipe": prep.seed}))
+    env["recipe_hash"] = prep.run_hash
+    run_id = store.begin_run(
+        "train", recipe.name, config=config, environment=env, seed=prep.seed,
+        recipe_hash=prep.run_hash, tags=tags,
+    )  # fmt: skip
+    return str(run_id)
+
+
+# -- one process ------------------------------------------------------------------------
+
+
+def train_one(store: Any, recipe: Any, seed: int, tags: Sequence[str] = ()) -> TrainedRun:
+    """Prepare, begin, train and finish one run of ``recipe`` (tagged ``tags``), its
+    samples streamed into ``store`` as it goes, and check its thresholds."""
+    from d5core.environment import capture_environment
+    from d5core.lv2.recipes import check_thresholds
+    from d5core.lv2.recording import RunRecorder
+
+    env = capture_environment(seeds={"recipe": seed})  # before the run's clock starts
+    prep = Prepared(recipe, seed)
+    run_id = begin_run(store, prep, {}, env, tags)
+    recorder = RunRecorder(store, run_id)
+    prep.trainer.on_progress = recorder
+    try:
+        result = prep.trainer.run()
+    except BaseException as exc:
+        recorder.abort(prep.trainer.curves, exc)
+        raise
+    values = metric_values(result, prep.selected_metrics)
+    run = TrainedRun(prep, run_id, result, values, check_thresholds(prep.recipe, values))
+    extra = {"stop_reason": result.stop_reason, "diverged_at": result.diverged_at}
+    extra.update(_record_selected(store, run_id, run))
+    recorder.finish(result, _figures(run), config=extra)
+    return run
+
+
+def run_recipe(
+    recipe_path: str | Path,
+    sets: Sequence[str],
+    seed: int | None,
+    *,
+    repeat: int = 1,
+    db: Path | None = None,
+    on_run: Callable[[TrainedRun], None] | None = None,
+    metrics: Sequence[str] = (),
+    tags: Sequence[str] = (),
+) -> list[TrainedRun]:
+    """Train under the recipe ``repeat`` times in this process, with seeds ``seed``,
+    ``seed + 1``, ... (each run keeps a seed the recipe freezes), storing each run.
+    ``metrics`` are installed metrics each run also measures, without a threshold
+    (``--metric``); every run is tagged ``tags`` (``--tag``).
+
+    ``on_run`` is called with each run as it finishes. A failed threshold is not an
+    error here: see :func:`first_threshold_failure`.
+
+    :raises UsageError: for bad input (the recipe, ``seed``, the database, the data, the
+        model), before anything is stored.
+    """
+    from d5core.lv2.recipes import load_recipe
+    from d5core.results.store import ResultsStore
+
+    loaded = load_recipe(recipe_path).with_overrides(list(sets)).with_metrics(metrics)
+    first_seed = loaded.run_seed(seed)
+    frozen = "seed" in loaded.fixed
+    runs: list[TrainedRun] = []
+    with ResultsStore.open(db) as store:
+        store.require_writable()
+        for index in range(repeat):
+            run = train_one(store, loaded, first_seed if frozen else first_seed + index, tags)
+            runs.append(run)
+            if on_run is not None:
+                on_run(run)
+    return runs
+
+
+# -- several ranks ----------------------------------------------------------------------
+
+
+def distributed_config(prep: Prepared, size: int, dist_args: Mapping[str, Any]) -> dict[str, Any]:
+    """What a data-parallel run stores and shows of its distribution: ranks, scheme and
+    batch sizes. ``dist_args``: ``scheme``, ``scheme_options`` and ``global_batch``."""
+    return {
+        "ranks": size,
+        "scheme": dist_args["scheme"],
+        "scheme_options": dist_args["scheme_options"],
+        "per_rank_batch_size": prep.batch_size // (size if dist_args["global_batch"] else 1),
+        "global_batch_size": prep.batch_size * (1 if dist_args["global_batch"] else size),
+    }
+
+
+def launch_ranks(
+    recipe: str | Path,
+    sets: Sequence[str],
+    seed: int | None,
+    ranks: int,
+    dist_args: Mapping[str, Any],
+    *,
+    rank_timeout: float,
+    db: Path | None,
+    rank_argv: Callable[[int, Path], list[str]],
+    metrics: Sequence[str] = (),
+    tags: Sequence[str] = (),
+) -> None:
+    """Check everything, begin the run (tagged ``tags``), launch ``ranks`` ranks under the
+    communication plugin's launcher and watch them.
+
+    ``rank_argv(seed, db)`` gives the ``d5`` arguments each rank runs, with the seed the
+    recipe resolved and the absolute database path. The ranks' standard output is passed
+    through. Bad options end with exit 2 before anything is stored. SIGINT, SIGTERM and
+    SIGHUP stop the launcher and every rank, mark the run interrupted and end with
+    :class:`~d5core.lv3.launch.RunInterrupted`.
+    """
+    from d5core.lv3.launch import (
+        RankFailed,
+        RunInterrupted,
+        StopSignals,
+        check_rank_options,
+        launch,
+    )
+    from d5core.results.paths import resolve_db_path
+    from d5core.results.store import ResultsStore
+
+    # bad input fails here, before anything is stored
+    prep = prepare(recipe, list(sets), seed, metrics=metrics)
+    check_rank_options(prep.settings, len(prep.train_set), ranks, local=prep.trainer.optimizer,
+                       **dist_args)  # fmt: skip
+    db_path = resolve_db_path(db).absolute()
+    argv = rank_argv(prep.seed, db_path)
+
+    def finish(rid: str | None, status: str, message: str) -> str:
+        """Finish ``rid`` as ``status`` unless it already ended; its status now."""
+        if rid is None:
+            return "not begun"
+        with ResultsStore.open(db_path) as st:
+            if st.get_run(rid).status == "running":
+                st.finish_run(rid, status, message)
+            return st.get_run(rid).status
+
+    def mark_failed(rid: str | None, message: str) -> None:
+        finish(rid, "failed", message)
+
+    with StopSignals() as stop:
+        with ResultsStore.open(db_path) as store:
+            run_id = begin_run(
+                store, prep, {"distributed": distributed_config(prep, ranks, dist_args)}, None,
+                tags,
+            )  # fmt: skip
+        try:
+            outcome = launch(ranks, argv, rank_timeout=rank_timeout, run_id=run_id,
+                             on_failure=mark_failed, stop=stop)  # fmt: skip
+        except BaseException as exc:
+            error = " ".join(str(exc).split()) or type(exc).__name__
+            mark_failed(run_id, f"the launch failed: {error}")
+            raise
+        stopped = None
+        if outcome.signum is not None:
+            what = (
+                f"interrupted by {stop.name}; {outcome.launcher} and its {ranks} ranks were stopped"
+            )
+            status = finish(run_id, "interrupted", what)
+            stopped = RunInterrupted(outcome.signum, f"{what} (run {run_id}: {status})")
+    if stopped is not None:
+        raise stopped
+    if outcome.code == 0:
+        return
+    message = outcome.message or "the distributed run failed"
+    if outcome.code == 2:
+        raise UsageError(message)
+    if message.startswith("rank "):
+        raise RankFailed(f"{message} (run {run_id} marked failed)")
+    raise CheckFailed(message)
+
+
+def run_rank(
+    ctx: Any,
+    recipe: str | Path,
+    sets: Sequence[str],
+    seed: int | None,
+    dist_args: Mapping[str, Any],
+    *,
+    db: Path | None,
+    on_run: Callable[[TrainedRun], None],
+    metrics: Sequence[str] = (),
+    tags: Sequence[str] = (),
+) -> None:
+    """One rank, in place: train this rank's share; rank 0 stores the run (tagged
+    ``tags`` when it begins it), calls ``on_run`` with it and raises the first failed
+    threshold.
+
+    ``ctx`` is the rank's :class:`~d5core.lv3.launch.RankContext`.
+    """
+    import os
+
+    from d5core.lv2.recipes import check_thresholds
+    from d5core.lv2.recording import RunRecorder
+    from d5core.lv3.launch import RANK_METRICS, RUN_ID_ENV
+    from d5core.results.store import ResultsStore
+
+    ctx.start()
+    code, error, run_id = 0, None, None
+    try:
+        prep = prepare(recipe, list(sets), seed, dist=ctx, metrics=metrics, **dist_args)
+        config = distributed_config(prep, ctx.size, dist_args)
+        if ctx.rank == 0:
+            run_id = os.environ.get(RUN_ID_ENV) or None
+            if run_id is None:
+                with ResultsStore.open(db) as store:
+                    run_id = begin_run(store, prep, {"distributed": config}, None, tags)
+            ctx.write_run_id(run_id)
+        result = prep.trainer.run()
+        table = ctx.gather(ctx.rank_values(result))
+        if ctx.rank != 0:
+            return
+        assert run_id is not None
+        values = metric_values(result, prep.selected_metrics)
+        per_rank = [
+            {"rank": r, **{k: _finite(float(v)) for k, v in zip(RANK_METRICS, row, strict=True)}}
+            for r, row in enumerate(table)
+        ]
+        run = TrainedRun(prep, run_id, result, values, check_thresholds(prep.recipe, values),
+                         distributed={**config, "per_rank": per_rank})  # fmt: skip
+        with ResultsStore.open(db) as store:
+            for r, row in enumerate(table):
+                for name, value in zip(RANK_METRICS, row, strict=True):
+                    if math.isfinite(float(value)):
+                        store.add_metric(run_id, name, float(value), labels={"rank": r},
+                                         unit=_RANK_UNITS.get(name, ""))  # fmt: skip
+            walls = [float(w) for w in table[:, RANK_METRICS.index("rank_wall_time")]]
+            samples = float(table[:, RANK_METRICS.index("rank_samples")].sum())
+            if max(walls) > 0:
+                store.add_metric(run_id, "global_throughput", samples / max(walls),
+                                 unit="samples/s")  # fmt: skip
+            selected = _record_selected(store, run_id, run)
+            RunRecorder(store, run_id).finish(result, _figures(run), config=selected)
+        on_run(run)
+        failure = first_threshold_failure([run])
+        if failure is not None:
+            raise failure
+    except BaseException as exc:
+        code = exc.exit_code if isinstance(exc, D5Error) else 1
+        error = " ".join(str(exc).split()) or type(exc).__name__
+        if not isinstance(exc, D5Error):
+            error = f"{type(exc).__name__}: {error}"
+        if ctx.rank == 0 and run_id is not None and not isinstance(exc, CheckFailed):
+            try:
+                with ResultsStore.open(db) as store:
+                    if store.get_run(run_id).status == "running":
+                        store.finish_run(run_id, "failed", f"rank 0: {error}")
+            except D5Error:
+                pass
+        raise
+    finally:
+        ctx.finish(code, error)

@@ -1,0 +1,196 @@
+"""``d5 bench comm``: collective bandwidth against message size, d5 against the raw
+communication library, stored as one run of kind ``comm``.
+
+The ranks are started the way ``d5 run --ranks N`` starts them (the communication
+plugin's ``d5_rank_launcher``); each rank runs this same command with the hidden
+``--rank-out`` option, and rank 0 hands its samples back through that file. This
+module reads the options and shows the run; the runner :mod:`d5core.lv3.comm_run`
+launches, stores, and checks the store before any rank starts; the measuring itself is
+:mod:`d5core.lv3.comm_sweep`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+from rich.table import Table
+
+from d5core.cli.options import db_option, json_option
+from d5core.cli.output import console, print_json
+from d5core.cli.tag_option import tag_option
+from d5core.errors import UsageError
+
+if TYPE_CHECKING:
+    from d5core.lv3.comm_run import CommRun
+
+__all__ = ["bench_comm"]
+
+
+def _size(nbytes: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if nbytes >= scale and nbytes % scale == 0:
+            return f"{nbytes // scale} {unit}"
+    return f"{nbytes} B"
+
+
+def _us(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1e6:.1f}"
+
+
+def _merge(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """One entry per (ranks, bytes) with d5's and the raw library's figures."""
+    merged: dict[tuple[int, int], dict[str, Any]] = {}
+    for row in rows:
+        entry = merged.setdefault(
+            (int(row["ranks"]), int(row["bytes"])),
+            {"ranks": int(row["ranks"]), "bytes": int(row["bytes"]), "d5": None, "raw": None},
+        )
+        entry[str(row["impl"])] = {
+            "median_s": row["median"], "ci_low_s": row["ci_low"], "ci_high_s": row["ci_high"],
+            "samples": len(row["samples"]), "algbw_GBs": row["algbw"], "busbw_GBs": row["busbw"],
+        }  # fmt: skip
+    out = []
+    for entry in merged.values():
+        d5, raw = entry["d5"], entry["raw"]
+        entry["ratio"] = raw["median_s"] / d5["median_s"] if d5 and raw else None
+        out.append(entry)
+    return out
+
+
+def _table(run_id: str, collective: str, communicator: str, entries: Sequence[Any]) -> Table:
+    table = Table(
+        title=f"d5 bench comm {collective} ({communicator}), run {run_id}", title_justify="left"
+    )
+    for column in ("ranks", "size", "d5 median (µs)", "raw median (µs)", "d5 algbw (GB/s)",
+                   "d5 busbw (GB/s)", "raw busbw (GB/s)", "d5/raw bandwidth"):  # fmt: skip
+        table.add_column(column, justify="right")
+    for e in entries:
+        d5, raw = e["d5"], e["raw"]
+        table.add_row(
+            str(e["ranks"]), _size(e["bytes"]), _us(d5["median_s"]),
+            _us(raw["median_s"] if raw else None), f"{d5['algbw_GBs']:.3f}",
+            f"{d5['busbw_GBs']:.3f}", f"{raw['busbw_GBs']:.3f}" if raw else "-",
+            "-" if e["ratio"] is None else f"{e['ratio']:.3f}",
+        )  # fmt: skip
+    return table
+
+
+def _check_collective(collective: str) -> str:
+    from d5core.lv3.comm_sweep import COLLECTIVES
+
+    if collective not in COLLECTIVES:
+        raise UsageError(
+            f"unknown collective {collective!r}; choose one of {', '.join(COLLECTIVES)}"
+        )
+    return collective
+
+
+def _check_samples(samples: int | None) -> int | None:
+    if samples is not None and samples < 3:
+        raise UsageError(f"--samples {samples}: take at least 3 samples per size")
+    return samples
+
+
+@click.command("comm")
+@click.option("--ranks", default=None, metavar="LIST",
+              help="Comma-separated rank counts (default: 2,4); each at least 2.")  # fmt: skip
+@click.option("--collective", default="allreduce", show_default=True,
+              help="allreduce, broadcast or allgather.")  # fmt: skip
+@click.option("--min-bytes", type=int, default=1 << 10, show_default=True,
+              help="Smallest message (each rank's float32 buffer), in bytes.")  # fmt: skip
+@click.option("--max-bytes", type=int, default=4 << 20, show_default=True,
+              help="Largest message, in bytes; sizes grow 4 times a step up to it.")  # fmt: skip
+@click.option("--samples", type=int, default=None,
+              help="Samples per size and implementation (default: 100 up to 1 MiB, fewer "
+              "above).")  # fmt: skip
+@click.option("--communicator", default=None, metavar="NAME",
+              help="The d5.communication entry to time (default: the launcher's).")  # fmt: skip
+@click.option("--link-peak", type=float, default=None, metavar="GB/S",
+              help="The link's peak bandwidth, stored and drawn beside bus bandwidth.")  # fmt: skip
+@click.option("--rank-timeout", type=click.FloatRange(min=1.0), default=60.0, show_default=True,
+              help="Kill the job when a rank shows no progress for this many seconds.")  # fmt: skip
+@click.option("--rank-out", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              hidden=True)  # fmt: skip
+@click.option("--sizes", "size_list", default=None, hidden=True)
+@tag_option
+@json_option
+@db_option
+def bench_comm(
+    ranks: str | None,
+    collective: str,
+    min_bytes: int,
+    max_bytes: int,
+    samples: int | None,
+    communicator: str | None,
+    link_peak: float | None,
+    rank_timeout: float,
+    rank_out: Path | None,
+    size_list: str | None,
+    tags: tuple[str, ...],
+    as_json: bool,
+    db: Path | None,
+) -> None:
+    """Time a collective against message size: d5's communicator beside the library's
+    own call, on each rank count, stored as one run (kind comm).
+
+    Before each sample the ranks meet at a barrier; a sample is the slowest rank's time;
+    d5's call and the library's alternate. Stores every sample (measurement time) and
+    the algorithm and bus bandwidths of the medians (metrics algbw, busbw, GB/s), as
+    nccl-tests defines them. Exits 2 for bad input, before any rank starts.
+    """
+    from d5core.lv3.comm_run import run_comm_sweep, run_launched_rank
+    from d5core.lv3.comm_sweep import DEFAULT_RANKS, SweepSettings, message_sizes, parse_ranks
+    from d5core.lv3.launch import RankContext
+
+    _check_collective(collective)
+    _check_samples(samples)
+    if link_peak is not None and not link_peak > 0:
+        raise UsageError(f"--link-peak {link_peak}: give the link's peak in GB/s, above 0")
+    if size_list is not None:
+        sizes = [int(s) for s in size_list.split(",")]
+    else:
+        sizes = message_sizes(min_bytes, max_bytes)
+    settings = SweepSettings(collective, tuple(sizes), samples)
+    ctx = RankContext.from_environment()
+    if ctx is not None:  # one rank, started by d5 or by an outside launcher
+        if ranks is not None and parse_ranks(ranks) != [ctx.size]:
+            raise UsageError(f"--ranks {ranks} but the launcher started {ctx.size} ranks")
+        stored = run_launched_rank(ctx, settings, rank_out, communicator=communicator,
+                                   link_peak=link_peak, tags=tags, db=db)  # fmt: skip
+        if stored is not None:  # rank 0 under an outside launcher
+            _show(stored, as_json)
+        return
+    if rank_out is not None:
+        raise UsageError("--rank-out is for the ranks d5 starts itself; leave it out")
+    counts = parse_ranks(ranks) if ranks is not None else list(DEFAULT_RANKS)
+    run = run_comm_sweep(
+        counts, settings, communicator=communicator, link_peak=link_peak,
+        rank_timeout=rank_timeout, tags=tags, db=db, progress=None if as_json else _say,
+    )  # fmt: skip
+    _show(run, as_json)
+
+
+def _say(line: str) -> None:
+    """Show a progress line of the runner on stderr."""
+    click.echo(f"d5: {line}", err=True)
+
+
+def _show(run: CommRun, as_json: bool) -> None:
+    """Print a stored sweep: its table, or its JSON."""
+    from d5core.lv3.comm_sweep import DTYPE, SYNCHRONISATION
+
+    entries = _merge(run.rows)
+    if as_json:
+        print_json({"run_id": run.run_id, "collective": run.collective,
+                    "communicator": run.communicator, "raw_baseline": run.raw_baseline,
+                    "link_peak_gbps": run.link_peak_gbps, "synchronisation": SYNCHRONISATION,
+                    "rows": entries})  # fmt: skip
+        return
+    out = console()
+    out.print(_table(run.run_id, run.collective, run.communicator, entries))
+    out.print(f"{DTYPE} buffers; {SYNCHRONISATION}")
+    if not run.raw_baseline:
+        out.print(f"no raw baseline: the {run.communicator!r} communicator offers none")

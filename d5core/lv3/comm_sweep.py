@@ -1,0 +1,384 @@
+"""``d5 bench comm``: a collective's time against message size, d5's call against the
+communication library's own, on several rank counts.
+
+Two halves, like ``d5 run --ranks N`` (:mod:`d5core.lv3.launch`):
+
+- the **parent** (:func:`launch_sweep`) starts the ranks once per rank count with the
+  launcher a communication plugin offers, and reads back what rank 0 wrote;
+- each **rank** (:func:`rank_sweep`) times, for every message size, d5's collective and
+  the library's (:meth:`~d5core.levels.distributed.Communicator.raw_collective`)
+  interleaved sample by sample, alternating which goes first. Before each sample the
+  ranks meet at a barrier; a sample's time is the maximum over the ranks (one
+  element-wise ``max`` allreduce per size, after its samples).
+
+Bandwidths follow nccl-tests (``docs/distributed.md``): the algorithm bandwidth is the
+collective's data size (:func:`data_bytes`) over the median time, and the bus bandwidth
+is that times :func:`bus_factor`.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from d5core.errors import EXIT_FAILED, CheckFailed, D5Error, UsageError
+
+__all__ = [
+    "BUS_FACTORS",
+    "COLLECTIVES",
+    "DEFAULT_MAX_BYTES",
+    "DEFAULT_MIN_BYTES",
+    "DEFAULT_RANKS",
+    "DTYPE",
+    "SYNCHRONISATION",
+    "SweepSettings",
+    "bandwidths",
+    "bus_factor",
+    "check_communicator",
+    "data_bytes",
+    "default_communicator",
+    "launch_sweep",
+    "message_sizes",
+    "parse_ranks",
+    "rank_sweep",
+    "run_rank",
+    "samples_for",
+    "store_sweep",
+    "sweep_rows",
+]
+
+#: The collectives ``d5 bench comm`` can time.
+COLLECTIVES: tuple[str, ...] = ("allreduce", "broadcast", "allgather")
+#: Rank counts swept when ``--ranks`` is not given.
+DEFAULT_RANKS: tuple[int, ...] = (2, 4)
+#: The smallest and largest message by default (1 KiB to 4 MiB: seconds on 2 cores).
+DEFAULT_MIN_BYTES = 1 << 10
+DEFAULT_MAX_BYTES = 4 << 20
+#: The element type of the buffers.
+DTYPE = "float32"
+#: How the ranks are synchronised and how their times are summarised (stored with the run).
+SYNCHRONISATION = (
+    "barrier before each sample; a sample is the maximum over the ranks; d5 and the "
+    "library's own call interleaved, alternating which goes first; median over samples"
+)
+#: Untimed rounds before the samples of each size.
+_WARMUP = 2
+_clock = time.perf_counter_ns
+
+
+def bus_factor(op: str, size: int) -> float:
+    """nccl-tests' bus-bandwidth factor of collective ``op`` on ``size`` ranks.
+
+    ``allreduce`` 2(n-1)/n; ``reduce_scatter``, ``allgather``, ``alltoall`` (n-1)/n;
+    ``broadcast``, ``reduce`` (and anything else) 1.
+    """
+    n = size
+    if op == "allreduce":
+        return 2 * (n - 1) / n
+    if op in ("reduce_scatter", "allgather", "alltoall"):
+        return (n - 1) / n
+    return 1.0
+
+
+#: The factors of :func:`bus_factor`, as expressions of ``n``, for documentation.
+BUS_FACTORS: dict[str, str] = {
+    "allreduce": "2(n-1)/n",
+    "reduce_scatter": "(n-1)/n",
+    "allgather": "(n-1)/n",
+    "alltoall": "(n-1)/n",
+    "broadcast": "1",
+    "reduce": "1",
+}
+
+
+@dataclass(frozen=True)
+class SweepSettings:
+    """What one sweep measures: the collective, the message sizes in bytes (each rank's
+    buffer) and the samples per size (``None``: :func:`samples_for` decides)."""
+
+    collective: str
+    sizes: tuple[int, ...]
+    samples: int | None = None
+
+    def samples_of(self, nbytes: int) -> int:
+        """The number of samples taken at ``nbytes``."""
+        return self.samples if self.samples is not None else samples_for(nbytes)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"collective": self.collective, "sizes": list(self.sizes), "samples": self.samples}
+
+
+def parse_ranks(text: str) -> list[int]:
+    """``"2,4"`` to ``[2, 4]`` (sorted, each once).
+
+    :raises UsageError: for a count that is not an integer or is below 2.
+    """
+    found: list[int] = []
+    for item in text.split(","):
+        item = item.strip()
+        try:
+            n = int(item)
+        except ValueError:
+            raise UsageError(
+                f"--ranks takes comma-separated integers such as 2,4, not {item!r}"
+            ) from None
+        if n < 2:
+            raise UsageError(f"--ranks {n}: a collective needs at least 2 ranks")
+        if n not in found:
+            found.append(n)
+    return sorted(found)
+
+
+def message_sizes(min_bytes: int, max_bytes: int) -> list[int]:
+    """``min_bytes``, then 4 times larger each step up to ``max_bytes`` (always included).
+
+    :raises UsageError: for a size that is not a positive multiple of 4 bytes (one
+        float32), or ``min_bytes > max_bytes``.
+    """
+    item = np.dtype(DTYPE).itemsize
+    for option, value in (("--min-bytes", min_bytes), ("--max-bytes", max_bytes)):
+        if value <= 0 or value % item:
+            raise UsageError(
+                f"{option} {value}: give a positive multiple of {item} bytes ({DTYPE} elements)"
+            )
+    if min_bytes > max_bytes:
+        raise UsageError(f"--min-bytes {min_bytes} is larger than --max-bytes {max_bytes}")
+    sizes = [min_bytes]
+    while sizes[-1] * 4 <= max_bytes:
+        sizes.append(sizes[-1] * 4)
+    if sizes[-1] != max_bytes:
+        sizes.append(max_bytes)
+    return sizes
+
+
+def samples_for(nbytes: int) -> int:
+    """Samples per implementation at ``nbytes``: fewer for large messages."""
+    if nbytes <= 1 << 20:
+        return 100
+    if nbytes <= 4 << 20:
+        return 40
+    if nbytes <= 16 << 20:
+        return 20
+    return 12
+
+
+def data_bytes(collective: str, nbytes: int, ranks: int) -> int:
+    """The data size nccl-tests divides by the time: each rank's buffer (``nbytes``),
+    except for ``allgather``, whose size is the gathered result (``ranks * nbytes``)."""
+    return nbytes * ranks if collective == "allgather" else nbytes
+
+
+def bandwidths(collective: str, nbytes: int, ranks: int, seconds: float) -> tuple[float, float]:
+    """``(algbw, busbw)`` in GB/s (10^9 bytes per second) of one collective call of
+    ``seconds`` on buffers of ``nbytes`` on ``ranks`` ranks."""
+    algbw = data_bytes(collective, nbytes, ranks) / seconds / 1e9
+    return algbw, algbw * bus_factor(collective, ranks)
+
+
+# -- a rank --------------------------------------------------------------------------
+
+
+def _d5_call(comm: Any, collective: str) -> Callable[[np.ndarray], Any]:
+    """d5's call for ``collective`` on communicator ``comm``."""
+    if collective == "allreduce":
+        return lambda buf: comm.allreduce_inplace(buf)
+    if collective == "broadcast":
+        return lambda buf: comm.broadcast(buf, 0)
+    if collective == "allgather":
+        return lambda buf: comm.allgather(buf)
+    raise UsageError(f"unknown collective {collective!r}; choose one of {', '.join(COLLECTIVES)}")
+
+
+def _time_size(
+    comm: Any,
+    calls: Sequence[tuple[str, Callable[[np.ndarray], Any]]],
+    nbytes: int,
+    count: int,
+    progress: Callable[[], None],
+) -> dict[str, list[float]]:
+    """``count`` samples of each call on a buffer of ``nbytes``, each the maximum over
+    the ranks (on every rank)."""
+    buf = np.ones(nbytes // np.dtype(DTYPE).itemsize, dtype=DTYPE)
+    local = {name: np.zeros(count, dtype=np.float64) for name, _ in calls}
+    for i in range(_WARMUP + count):
+        order = list(calls) if i % 2 == 0 else list(reversed(calls))
+        for name, fn in order:
+            buf.fill(1.0)
+            comm.barrier()
+            t0 = _clock()
+            fn(buf)
+            dt = _clock() - t0
+            if i >= _WARMUP:
+                local[name][i - _WARMUP] = dt / 1e9
+        progress()
+    return {
+        name: [float(v) for v in np.asarray(comm.allreduce(times, "max"))]
+        for name, times in local.items()
+    }
+
+
+def rank_sweep(
+    comm: Any, settings: SweepSettings, progress: Callable[[], None] = lambda: None
+) -> dict[str, Any]:
+    """Time ``settings`` on this rank's communicator ``comm`` (every rank calls this).
+
+    :param progress: called after every round (a heartbeat for the parent's watchdog).
+    :return: on every rank, ``{"ranks", "communicator", "raw", "sizes": [{"bytes",
+        "samples": {"d5": [...], "raw": [...]}}]}``; ``"raw"`` is whether the library's
+        own call was timed (only ``"d5"`` samples when not).
+    """
+    collective = settings.collective
+    calls: list[tuple[str, Callable[[np.ndarray], Any]]] = [("d5", _d5_call(comm, collective))]
+    raw_of = getattr(comm, "raw_collective", None)
+    raw = raw_of(collective) if callable(raw_of) else None
+    if raw is not None:
+        calls.append(("raw", raw))
+    sizes = []
+    for nbytes in settings.sizes:
+        samples = _time_size(comm, calls, nbytes, settings.samples_of(nbytes), progress)
+        sizes.append({"bytes": nbytes, "samples": samples})
+    return {
+        "ranks": int(comm.size),
+        "communicator": str(getattr(comm, "name", "") or type(comm).__name__),
+        "raw": raw is not None,
+        "sizes": sizes,
+    }
+
+
+def _write_json(path: Path, data: Mapping[str, Any]) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data))
+    tmp.replace(path)
+
+
+def run_rank(ctx: Any, settings: SweepSettings, out: Path | None) -> dict[str, Any] | None:
+    """One rank of a sweep, in place under a launcher; rank 0 writes the result to
+    ``out`` (when given) and returns it; other ranks return ``None``.
+
+    ``ctx`` is the rank's :class:`~d5core.lv3.launch.RankContext`: its
+    heartbeat and exit status let the parent watch the job.
+    """
+    ctx.start()
+    code, error = 0, None
+    try:
+        result = rank_sweep(ctx.communicator(), settings, ctx.mark_progress)
+        if ctx.rank != 0:
+            return None
+        if out is not None:
+            _write_json(out, result)
+        return result
+    except BaseException as exc:
+        code = exc.exit_code if isinstance(exc, D5Error) else EXIT_FAILED
+        error = " ".join(str(exc).split()) or type(exc).__name__
+        if not isinstance(exc, D5Error):
+            error = f"{type(exc).__name__}: {error}"
+        raise
+    finally:
+        ctx.finish(code, error)
+
+
+# -- the parent ----------------------------------------------------------------------
+
+
+def launch_sweep(
+    ranks: int,
+    settings: SweepSettings,
+    *,
+    communicator: str,
+    rank_timeout: float,
+    stop: Any = None,
+) -> tuple[dict[str, Any] | None, Any]:
+    """Run the sweep on ``ranks`` ranks under the communication plugin's launcher.
+
+    :return: ``(result, outcome)``: rank 0's result (``None`` when the job did not end
+        well) and the launch's :class:`~d5core.lv3.launch.LaunchOutcome`.
+    """
+    from d5core.lv3.launch import launch
+
+    with tempfile.TemporaryDirectory(prefix="d5-comm-") as tmp:
+        out = Path(tmp) / "result.json"
+        argv = [
+            "bench", "comm", "--collective", settings.collective,
+            "--sizes", ",".join(str(s) for s in settings.sizes),
+            "--communicator", communicator, "--rank-out", str(out),
+        ]  # fmt: skip
+        if settings.samples is not None:
+            argv += ["--samples", str(settings.samples)]
+        outcome = launch(ranks, argv, rank_timeout=rank_timeout, stop=stop)
+        if outcome.code != 0 or outcome.signum is not None:
+            return None, outcome
+        try:
+            return dict(json.loads(out.read_text())), outcome
+        except (OSError, ValueError) as exc:
+            raise CheckFailed(
+                f"rank 0 of {ranks} ended without writing its results ({exc})"
+            ) from None
+
+
+def sweep_rows(result: Mapping[str, Any], collective: str) -> list[dict[str, Any]]:
+    """One row per (message size, implementation) of a rank-0 ``result``: ``ranks``,
+    ``bytes``, ``impl``, ``samples``, the ``median`` with its CI (``ci_low``,
+    ``ci_high``, seconds) and the medians' ``algbw`` and ``busbw`` (GB/s)."""
+    from d5core.measure.stats import summarize
+
+    n = int(result["ranks"])
+    rows = []
+    for size in result["sizes"]:
+        nbytes = int(size["bytes"])
+        for impl, samples in size["samples"].items():
+            summary = summarize(samples)
+            algbw, busbw = bandwidths(collective, nbytes, n, summary.median)
+            rows.append({
+                "ranks": n, "bytes": nbytes, "impl": impl, "samples": list(samples),
+                "summary": summary, "median": summary.median, "ci_low": summary.ci_low,
+                "ci_high": summary.ci_high, "algbw": algbw, "busbw": busbw,
+            })  # fmt: skip
+    return rows
+
+
+def store_sweep(
+    store: Any, run_id: str, rows: Sequence[Mapping[str, Any]], collective: str
+) -> None:
+    """Store :func:`sweep_rows`: a ``time`` measurement (every sample, in seconds) and
+    ``algbw`` and ``busbw`` metrics (GB/s, of the median) per row, each labelled
+    ``{collective, bytes, ranks, impl}``."""
+    for row in rows:
+        labels = {"collective": collective, "bytes": int(row["bytes"]),
+                  "ranks": int(row["ranks"]), "impl": str(row["impl"])}  # fmt: skip
+        store.add_measurement(run_id, "time", row["samples"], labels=labels, unit="s",
+                              summary=row["summary"])  # fmt: skip
+        store.add_metric(run_id, "algbw", row["algbw"], labels=labels, unit="GB/s")
+        store.add_metric(run_id, "busbw", row["busbw"], labels=labels, unit="GB/s")
+
+
+def default_communicator() -> str:
+    """The ``d5.communication`` entry the installed launcher's ranks use."""
+    from d5core.lv3.launch import rank_launcher
+
+    return str(rank_launcher().communicator)
+
+
+def check_communicator(name: str | None) -> str:
+    """``name`` if it is an installed ``d5.communication`` entry (``None``: the
+    launcher's own, :func:`default_communicator`).
+
+    :raises UsageError: naming the installed ones.
+    """
+    from d5core.plugins import get_plugin_manager
+
+    default = default_communicator()
+    if name is None:
+        return default
+    installed = list(get_plugin_manager().names("d5.communication"))
+    if name not in installed:
+        raise UsageError(
+            f"--communicator {name!r} is not installed; choose one of {', '.join(installed)}"
+        )
+    return name

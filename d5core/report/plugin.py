@@ -1,0 +1,31 @@
+"""The report package's internal plugin: ``d5 report`` and the history figures."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from d5core.hookspecs import hookimpl
+
+__all__ = ["d5_cli_commands", "d5_report_figures"]
+
+
+@hookimpl(tryfirst=True)
+def d5_cli_commands() -> list[Any]:
+    from d5core.cli.lazy import LazyCommand
+
+    return [
+        LazyCommand(
+            "report",
+            "d5core.report.command:report",
+            "Write an HTML report of stored runs, with PNG and PDF figures.",
+        )
+    ]
+
+
+@hookimpl(tryfirst=True)
+def d5_report_figures(runs: Sequence[Any], store: Any) -> list[Any]:
+    from d5core.report.figures import section_figures
+    from d5core.report.history import figures
+
+    return section_figures("history", lambda: figures(runs, store=store))

@@ -1,1 +1,0 @@
-"""What d5's commands do, level by level, without the command-line parsing."""
