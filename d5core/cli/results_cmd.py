@@ -5,7 +5,7 @@ default) and never writes to it, except to mark runs whose process died as
 ``incomplete``. ``--json`` prints machine-readable output instead of tables
 (``docs/json.md``). The commands parse and render: the comparison of two runs is
 :mod:`d5core.results.comparison`, the table of training runs
-:mod:`d5core.results.training_table`.
+:mod:`d5core.lv2.training_table`.
 """
 
 from __future__ import annotations
@@ -683,83 +683,6 @@ def _metrics_table(metric_rows: Sequence[Mapping[str, Any]], min_effect: float) 
 
 
 # -- table -------------------------------------------------------------------------------
-def _time(value: float | None) -> str:
-    return "not reached" if value is None else f"{value:.4g}"
-
-
-def _runs_cell(row: Mapping[str, Any]) -> str:
-    shown = [
-        f"{row[k]} {label}"
-        for k, label in (("failed", "failed"), ("diverged", "diverged"),
-                         ("not_finished", "unfinished"))
-        if row[k]
-    ]  # fmt: skip
-    return f"{row['runs']}" + (f" ({', '.join(shown)})" if shown else "")
-
-
-def _tta_cells(tta: Mapping[str, Any] | None) -> tuple[str, str, str]:
-    if tta is None:
-        return "-", "-", "-"
-    reached = f"{tta['reached']}/{tta['runs']}"
-    interval = f"{_time(tta['median'])} [{_time(tta['ci_low'])}, {_time(tta['ci_high'])}]"
-    olympic = "-" if tta["olympic_mean"] is None else f"{tta['olympic_mean']:.4g}"
-    return reached, interval, olympic
-
-
-def _print_table(group_by: str, out: Sequence[Mapping[str, Any]]) -> None:
-    table = Table(
-        title=f"training runs by {group_by} and recipe",
-        title_justify="left",
-        caption="one value per run. Time to accuracy over the complete and diverged runs "
-        "(MLPerf): a run that did not reach the target counts as infinitely slow. Failed "
-        "and unfinished runs are counted, not summarised.",
-        caption_justify="left",
-    )
-    columns: tuple[str, ...] = (
-        group_by,
-        "recipe",
-        "runs",
-        "reached",
-        "time to accuracy (s), median [95% CI]",
-        "olympic mean (s)",
-        "final test accuracy, median \\[range]",
-        "samples/s, median [95% CI]",
-        "env",
-    )
-    # language models: time to perplexity and final perplexity, when a row has them
-    perplexity = any("final_perplexity" in row for row in out)
-    if perplexity:
-        columns = (
-            *columns[:-1],
-            "reached perplexity",
-            "time to perplexity (s), median [95% CI]",
-            "final perplexity, median \\[range]",
-            columns[-1],
-        )
-    for column in columns:
-        table.add_column(column, justify="right")
-    for row in out:
-        acc, thr = row["final_test_accuracy"], row["throughput"]
-        cells = [
-            escape(str(row[group_by])),
-            escape(f"{row['recipe']} {(row['recipe_hash'] or '-')[:8]}"),
-            _runs_cell(row),
-            *_tta_cells(row["time_to_accuracy"]),
-            f"{acc['median']:.4g} [{acc['min']:.4g}, {acc['max']:.4g}]" if acc else "-",
-            f"{thr['median']:,.0f} [{thr['ci_low']:,.0f}, {thr['ci_high']:,.0f}]" if thr else "-",
-        ]
-        if perplexity:
-            reached, interval, _ = _tta_cells(row.get("time_to_perplexity"))
-            ppl = row.get("final_perplexity")
-            cells += [
-                reached if "reached_target_perplexity" in row else "-",
-                interval,
-                f"{ppl['median']:.4g} [{ppl['min']:.4g}, {ppl['max']:.4g}]" if ppl else "-",
-            ]
-        table.add_row(*cells, " ".join(row.get("environments", [])) or "-")
-    console().print(table)
-
-
 @results.command("table")
 @click.argument("runs", nargs=-1)
 @click.option("--last", type=click.IntRange(min=1), default=None, help="The N newest runs.")
@@ -808,42 +731,20 @@ def table_runs(
     environment's numpy, BLAS, thread variables and framework versions, and warns when
     they differ; it never refuses to compare.
     """
-    from d5core.results.benchmark_table import BENCHMARK_KINDS, benchmark_table
-    from d5core.results.environments import environment_legend
-    from d5core.results.training_table import check_by, mixed_recipe_warnings, training_table
+    from d5core.plugins import get_plugin_manager
 
+    tables = get_plugin_manager().merged("d5_results_tables")
     if bool(runs) == (last is not None):
         raise UsageError("give run ids, or --last N, not both and not neither")
-    if kind not in (*BENCHMARK_KINDS, "train"):
-        raise UsageError(f"--kind {kind!r} has no table; use op, net or train")
+    if kind not in tables:
+        *others, last_kind = tables
+        known = f"{', '.join(others)} or {last_kind}" if others else last_kind
+        raise UsageError(f"--kind {kind!r} has no table; use {known}")
     with _open(db) as store:
         records = (
             [store.get_run(r) for r in runs] if runs else store.list_runs(limit=last, kind=kind)
         )
         if runs:
             kinds = {r.kind for r in records}
-            kind = kinds.pop() if len(kinds) == 1 else "train"
-        if kind in BENCHMARK_KINDS:
-            bench = benchmark_table(store, records, kind)
-        else:
-            check_by(group_by)
-            out = training_table(store, records, group_by)
-            legend = environment_legend(store, records)
-            for row in out:
-                row.update(legend.row_json(legend.tag_of(r) for r in row["run_ids"]))
-    from d5core.cli.benchmark_table_view import print_benchmark_table, print_legend
-
-    if kind in BENCHMARK_KINDS:
-        if as_json:
-            print_json(bench.to_json())
-            print_legend(bench.legend, facts=False)
-        else:
-            print_benchmark_table(bench)
-        return
-    for warning in mixed_recipe_warnings(group_by, out):
-        _warn(warning)
-    if as_json:
-        print_json(out)
-    else:
-        _print_table(group_by, out)
-    print_legend(legend, facts=not as_json)
+            kind = kinds.pop() if len(kinds) == 1 and kinds <= set(tables) else "train"
+        tables[kind](store, records, by=group_by, as_json=as_json)

@@ -64,4 +64,5 @@ MERGED_HOOKS: tuple[str, ...] = (
     "d5_graph_passes",
     "d5_lr_schedules",
     "d5_worker_jobs",
+    "d5_results_tables",
 )

@@ -3,7 +3,7 @@ operator shape suites, the ``op`` measurement job and the operators' report figu
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from d5core.hookspecs import hookimpl
@@ -12,6 +12,7 @@ __all__ = [
     "d5_cli_commands",
     "d5_operator_shape_suites",
     "d5_report_figures",
+    "d5_results_tables",
     "d5_worker_jobs",
 ]
 
@@ -59,3 +60,10 @@ def d5_report_figures(runs: Sequence[Any]) -> list[Any]:
     from d5core.report.figures import section_figures
 
     return section_figures("operators", lambda: figures(runs))
+
+
+@hookimpl(tryfirst=True)
+def d5_results_tables() -> Mapping[str, Callable[..., None]]:
+    from d5core.lv0.benchmark_table_view import results_table
+
+    return {"op": results_table("op")}

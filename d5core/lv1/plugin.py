@@ -14,6 +14,7 @@ __all__ = [
     "d5_graph_passes",
     "d5_model_zoo",
     "d5_report_figures",
+    "d5_results_tables",
     "d5_worker_jobs",
 ]
 
@@ -77,3 +78,10 @@ def d5_report_figures(runs: Sequence[Any]) -> list[Any]:
         *section_figures("networks", lambda: figures.figures(runs)),
         *section_figures("conformance", lambda: conformance_figures.figures(runs)),
     ]
+
+
+@hookimpl(tryfirst=True)
+def d5_results_tables() -> Mapping[str, Callable[..., None]]:
+    from d5core.lv0.benchmark_table_view import results_table
+
+    return {"net": results_table("net")}

@@ -9,7 +9,7 @@ from typing import Any
 
 from d5core.hookspecs import hookimpl
 
-__all__ = ["d5_cli_commands", "d5_lr_schedules", "d5_report_figures"]
+__all__ = ["d5_cli_commands", "d5_lr_schedules", "d5_report_figures", "d5_results_tables"]
 
 
 @hookimpl(tryfirst=True)
@@ -38,3 +38,10 @@ def d5_report_figures(runs: Sequence[Any]) -> list[Any]:
     from d5core.report.figures import section_figures
 
     return section_figures("training", lambda: figures(runs))
+
+
+@hookimpl(tryfirst=True)
+def d5_results_tables() -> Mapping[str, Callable[..., None]]:
+    from d5core.lv2.training_table import print_training_table
+
+    return {"train": print_training_table}

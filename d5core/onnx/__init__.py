@@ -24,7 +24,17 @@ Modules:
 - :mod:`d5core.onnx.graph_operator`: operators run as a one-node graph;
 - :mod:`d5core.onnx.nodes`: node attributes, constants, legacy broadcasting and padding;
 - :mod:`d5core.onnx.network`: :class:`~d5core.onnx.network.Network`, the ONNX model as
-  executors get it (public through :mod:`d5core.api`).
+  executors get it (public through :mod:`d5core.api`);
+- :mod:`d5core.onnx.plan`: :class:`Signature`, the one base of a backend's matched inputs;
+- :mod:`d5core.onnx.operator_rules`: per-operator mixins that read the attributes and
+  check the inputs the ONNX way;
+- :mod:`d5core.onnx.backend`: the base of a backend's operators and its
+  ``d5.operators`` backend, and the order backends list their operators in;
+- :mod:`d5core.onnx.translation`: what executors that translate a graph share: the
+  graph as they read it and one-line errors naming a node;
+- :mod:`d5core.onnx.optimizers`: :class:`NativeOptimizer`, the base of framework-native
+  optimizers: the checks of the gradients and parameters they are given, and the
+  reference's layout of their state.
 
 Importing this package is light: each name is imported from its module on first use.
 """
@@ -78,6 +88,7 @@ if TYPE_CHECKING:
         legacy_broadcast,
         legacy_broadcast_shape,
         node_attributes,
+        node_pads,
         resolve_pads,
     )
     from d5core.onnx.operator_rules import (
@@ -108,6 +119,9 @@ if TYPE_CHECKING:
         UnsqueezeRules,
         reference_mask,
     )
+    from d5core.onnx.optimizers import (
+        NativeOptimizer,
+    )
     from d5core.onnx.plan import (
         Signature,
     )
@@ -126,6 +140,11 @@ if TYPE_CHECKING:
     )
     from d5core.onnx.slotted_operator import (
         SlottedOperator,
+    )
+    from d5core.onnx.translation import (
+        GraphView,
+        graph_view,
+        node_errors,
     )
     from d5core.onnx.windows import (
         SpatialWindow,
@@ -184,9 +203,6 @@ HOMES: dict[str, tuple[str, ...]] = {
         "RECURRENT_DEFAULT_ACTIVATIONS",
         "RECURRENT_GATES",
         "ActivationDefaults",
-    "AlongAxisRules",
-    "AveragePoolRules",
-    "BackendOperator",
         "RecurrentActivationSpec",
         "RecurrentAttributes",
         "recurrent_attributes",
@@ -205,6 +221,7 @@ HOMES: dict[str, tuple[str, ...]] = {
         "legacy_broadcast",
         "legacy_broadcast_shape",
         "node_attributes",
+        "node_pads",
         "resolve_pads",
     ),
     "d5core.onnx.plan": ("Signature",),
@@ -242,6 +259,12 @@ HOMES: dict[str, tuple[str, ...]] = {
         "SlottedBackend",
         "ordered_operator_classes",
     ),
+    "d5core.onnx.translation": (
+        "GraphView",
+        "graph_view",
+        "node_errors",
+    ),
+    "d5core.onnx.optimizers": ("NativeOptimizer",),
 }
 _HOME_OF: dict[str, str] = {name: home for home, names in HOMES.items() for name in names}
 
@@ -270,12 +293,14 @@ __all__ = [
     "GemmRules",
     "GlobalAveragePoolRules",
     "GraphNodeOperator",
+    "GraphView",
     "InputSlot",
     "LogSoftmaxRules",
     "LossRules",
     "MatMulRules",
     "MaxPoolRules",
     "MeanSquaredErrorRules",
+    "NativeOptimizer",
     "OperatorSignature",
     "PoolRules",
     "RecurrentActivationSpec",
@@ -307,6 +332,7 @@ __all__ = [
     "flatten_target",
     "gemm_output_shape",
     "graph_operator_classes",
+    "graph_view",
     "int_list_attribute",
     "integer_values",
     "is_integer_dtype",
@@ -314,6 +340,8 @@ __all__ = [
     "legacy_broadcast_shape",
     "match_input_slots",
     "node_attributes",
+    "node_errors",
+    "node_pads",
     "normalize_axes",
     "one_node",
     "one_node_opset",

@@ -13,8 +13,17 @@ import importlib
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any, ClassVar, Generic, TypeVar
 
+import numpy as np
+
 from d5core.api import Operator, OperatorBackend, TensorDescriptor, UsageError
-from d5core.onnx.checks import DescribedInput, check_attribute_names
+from d5core.onnx.checks import (
+    DescribedInput,
+    InputSlot,
+    check_attribute_names,
+    check_float_dtypes,
+    match_input_slots,
+)
+from d5core.onnx.plan import Signature
 from d5core.onnx.slotted_operator import SlottedOperator
 
 __all__ = ["OPERATOR_ORDER", "BackendOperator", "SlottedBackend", "ordered_operator_classes"]
@@ -94,8 +103,22 @@ class SlottedBackend(OperatorBackend, Generic[OpT]):
 
 class BackendOperator(SlottedOperator):
     """The base of a framework backend's operators: attribute names are checked on
-    construction, and descriptors are checked through the backend's own signature
-    (its ``_signature(arrays, values_known=...)``) before any array exists."""
+    construction, inputs (arrays, or descriptors before any array exists) are matched
+    to the slots and checked by :meth:`_signature`, and :meth:`backward` gives each
+    input its gradient from what :meth:`gradients` computes.
+
+    A backend sets :attr:`float_dtypes` and :attr:`backend`, overrides
+    :meth:`signature` when its :class:`~d5core.onnx.plan.Signature` holds more (a
+    device, the framework's float type), and implements :meth:`gradients`.
+    """
+
+    #: The floating element types the backend runs, by numpy name; the values are the
+    #: backend's own names of them (what :attr:`Signature.dtype` holds by default).
+    float_dtypes: ClassVar[Mapping[str, Any]] = {"float32": "float32", "float64": "float64"}
+    #: The backend's name in messages about element types it does not run.
+    backend: str = ""
+    #: The class :meth:`signature` builds by default (a backend's may add properties).
+    signature_class: ClassVar[type[Signature]] = Signature
 
     def __init__(self, attributes: Mapping[str, Any] | None = None) -> None:
         super().__init__(attributes)
@@ -111,7 +134,57 @@ class BackendOperator(SlottedOperator):
         ``sig.values_known`` (``create`` checks descriptors, before values exist).
         """
 
+    def signature(
+        self,
+        arrays: tuple[Any, ...],
+        slots: tuple[InputSlot, ...],
+        dtype: str | None,
+        *,
+        values_known: bool,
+    ) -> Signature:
+        """The signature of ``arrays`` matched to ``slots``, whose float inputs share
+        ``dtype`` (a numpy name; ``None``: no float input, float32 is taken). The
+        default is a :attr:`signature_class` holding :attr:`float_dtypes`' value for
+        ``dtype``."""
+        return self.signature_class(
+            arrays=arrays,
+            slots=slots,
+            dtype=self.float_dtypes[dtype if dtype is not None else "float32"],
+            values_known=values_known,
+        )
+
+    def _signature(self, arrays: Sequence[Any], *, values_known: bool) -> Any:
+        """Match ``arrays`` (or descriptors) to the slots, check their element types
+        against :attr:`float_dtypes`, build the :meth:`signature` and :meth:`check` it."""
+        slots = match_input_slots(self.op_type, self.slots, len(arrays))
+        dtype = check_float_dtypes(self.op_type, slots, arrays, self.float_dtypes, self.backend)
+        sig = self.signature(tuple(arrays), slots, dtype, values_known=values_known)
+        self.check(sig)
+        return sig
+
     def check_descriptors(self, inputs: Sequence[TensorDescriptor]) -> None:
         """Check inputs described by descriptors, before any array exists."""
-        matcher: Any = self
-        matcher._signature([DescribedInput(d) for d in inputs], values_known=False)
+        self._signature([DescribedInput(d) for d in inputs], values_known=False)
+
+    def gradients(
+        self,
+        grad_outputs: Sequence[np.ndarray[Any, Any] | None],
+        inputs: Sequence[np.ndarray[Any, Any]],
+    ) -> tuple[Sequence[int], Sequence[np.ndarray[Any, Any]]]:
+        """The input positions that get a gradient, and those gradients as numpy arrays
+        (in ONNX's layout), one per position."""
+        raise NotImplementedError(f"{type(self).__name__} computes no gradients")
+
+    def backward(
+        self,
+        grad_outputs: Sequence[np.ndarray[Any, Any] | None],
+        inputs: Sequence[np.ndarray[Any, Any]],
+        outputs: Sequence[np.ndarray[Any, Any]] | None = None,
+    ) -> list[np.ndarray[Any, Any] | None]:
+        """Gradients of the inputs (from :meth:`gradients`); ``None`` for those that
+        get none. ``outputs`` is not needed: the gradients are computed from ``inputs``."""
+        result: list[np.ndarray[Any, Any] | None] = [None] * len(inputs)
+        positions, grads = self.gradients(grad_outputs, inputs)
+        for pos, grad in zip(positions, grads, strict=True):
+            result[pos] = grad
+        return result

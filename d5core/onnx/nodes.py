@@ -19,6 +19,7 @@ __all__ = [
     "legacy_broadcast",
     "legacy_broadcast_shape",
     "node_attributes",
+    "node_pads",
     "resolve_pads",
 ]
 
@@ -193,3 +194,25 @@ def resolve_pads(
         begins.append(small if auto_pad == "SAME_UPPER" else large)
         ends.append(large if auto_pad == "SAME_UPPER" else small)
     return tuple(begins), tuple(ends)
+
+
+def node_pads(
+    attributes: Mapping[str, Any],
+    kernel: Sequence[int],
+    x_shape: Sequence[int],
+    *,
+    op_type: str = "",
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """:func:`resolve_pads` for a node of Conv, ConvTranspose or pooling: its
+    ``auto_pad``, ``pads``, ``strides`` and ``dilations`` read from ``attributes`` (as
+    :func:`node_attributes` gives them), for an input of shape ``x_shape`` (N, C, then
+    the spatial axes). ``op_type`` starts each error message when given."""
+    return resolve_pads(
+        x_shape[2:],
+        kernel,
+        auto_pad=attributes.get("auto_pad", "NOTSET"),
+        pads=attributes.get("pads"),
+        strides=attributes.get("strides"),
+        dilations=attributes.get("dilations"),
+        op_type=op_type,
+    )

@@ -13,13 +13,23 @@ table`` renders the rows; its ``--json`` prints them (``docs/json.md``).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from rich.markup import escape
+from rich.table import Table
+
+from d5core.cli.output import console
 from d5core.errors import UsageError
 from d5core.results.store import ResultsStore, RunRecord
 
-__all__ = ["by_keys", "check_by", "mixed_recipe_warnings", "training_table"]
+__all__ = [
+    "by_keys",
+    "check_by",
+    "mixed_recipe_warnings",
+    "print_training_table",
+    "training_table",
+]
 
 #: Statuses whose runs trained to the end (diverged: a result, not a crash); they are
 #: summarised. Failed, incomplete and running runs are counted and shown, not summarised.
@@ -175,3 +185,106 @@ def mixed_recipe_warnings(group_by: str, rows: Sequence[dict[str, Any]]) -> list
         for value, found in sorted(hashes.items())
         if len(found) > 1
     ]
+
+
+def print_training_table(
+    store: ResultsStore, runs: Sequence[RunRecord], *, by: str, as_json: bool
+) -> None:
+    """``d5 results table --kind train``: the training table of ``runs`` grouped by the
+    setting ``by``, with the environment legend (the level-2 entry of the
+    ``d5_results_tables`` hook)."""
+    import click
+
+    from d5core.cli.legend import print_legend
+    from d5core.cli.output import print_json
+    from d5core.results.environments import environment_legend
+
+    check_by(by)
+    out = training_table(store, runs, by)
+    legend = environment_legend(store, runs)
+    for row in out:
+        row.update(legend.row_json(legend.tag_of(r) for r in row["run_ids"]))
+    for warning in mixed_recipe_warnings(by, out):
+        click.echo(f"d5: warning: {warning}", err=True)
+    if as_json:
+        print_json(out)
+    else:
+        _print_table(by, out)
+    print_legend(legend, facts=not as_json)
+
+
+def _time(value: float | None) -> str:
+    return "not reached" if value is None else f"{value:.4g}"
+
+
+def _runs_cell(row: Mapping[str, Any]) -> str:
+    shown = [
+        f"{row[k]} {label}"
+        for k, label in (("failed", "failed"), ("diverged", "diverged"),
+                         ("not_finished", "unfinished"))
+        if row[k]
+    ]  # fmt: skip
+    return f"{row['runs']}" + (f" ({', '.join(shown)})" if shown else "")
+
+
+def _tta_cells(tta: Mapping[str, Any] | None) -> tuple[str, str, str]:
+    if tta is None:
+        return "-", "-", "-"
+    reached = f"{tta['reached']}/{tta['runs']}"
+    interval = f"{_time(tta['median'])} [{_time(tta['ci_low'])}, {_time(tta['ci_high'])}]"
+    olympic = "-" if tta["olympic_mean"] is None else f"{tta['olympic_mean']:.4g}"
+    return reached, interval, olympic
+
+
+def _print_table(group_by: str, out: Sequence[Mapping[str, Any]]) -> None:
+    table = Table(
+        title=f"training runs by {group_by} and recipe",
+        title_justify="left",
+        caption="one value per run. Time to accuracy over the complete and diverged runs "
+        "(MLPerf): a run that did not reach the target counts as infinitely slow. Failed "
+        "and unfinished runs are counted, not summarised.",
+        caption_justify="left",
+    )
+    columns: tuple[str, ...] = (
+        group_by,
+        "recipe",
+        "runs",
+        "reached",
+        "time to accuracy (s), median [95% CI]",
+        "olympic mean (s)",
+        "final test accuracy, median \\[range]",
+        "samples/s, median [95% CI]",
+        "env",
+    )
+    # language models: time to perplexity and final perplexity, when a row has them
+    perplexity = any("final_perplexity" in row for row in out)
+    if perplexity:
+        columns = (
+            *columns[:-1],
+            "reached perplexity",
+            "time to perplexity (s), median [95% CI]",
+            "final perplexity, median \\[range]",
+            columns[-1],
+        )
+    for column in columns:
+        table.add_column(column, justify="right")
+    for row in out:
+        acc, thr = row["final_test_accuracy"], row["throughput"]
+        cells = [
+            escape(str(row[group_by])),
+            escape(f"{row['recipe']} {(row['recipe_hash'] or '-')[:8]}"),
+            _runs_cell(row),
+            *_tta_cells(row["time_to_accuracy"]),
+            f"{acc['median']:.4g} [{acc['min']:.4g}, {acc['max']:.4g}]" if acc else "-",
+            f"{thr['median']:,.0f} [{thr['ci_low']:,.0f}, {thr['ci_high']:,.0f}]" if thr else "-",
+        ]
+        if perplexity:
+            reached, interval, _ = _tta_cells(row.get("time_to_perplexity"))
+            ppl = row.get("final_perplexity")
+            cells += [
+                reached if "reached_target_perplexity" in row else "-",
+                interval,
+                f"{ppl['median']:.4g} [{ppl['min']:.4g}, {ppl['max']:.4g}]" if ppl else "-",
+            ]
+        table.add_row(*cells, " ".join(row.get("environments", [])) or "-")
+    console().print(table)

@@ -1,21 +1,19 @@
 """Rendering of ``d5 results table --kind op|net`` (the data is
-:mod:`d5core.results.benchmark_table`), and of the environment legend every results
-table prints under it when its values come from more than one environment."""
+:mod:`d5core.lv0.benchmark_table`)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import click
 from rich.markup import escape
 from rich.table import Table
 
+from d5core.cli.legend import print_legend
 from d5core.cli.output import console
-from d5core.results.benchmark_table import BenchmarkTable
-from d5core.results.environments import EnvironmentLegend
+from d5core.lv0.benchmark_table import BenchmarkTable
 
-__all__ = ["print_benchmark_table", "print_legend"]
+__all__ = ["print_benchmark_table", "results_table"]
 
 _TIME_SCALES = ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs"), (1e-9, "ns"))
 _VALIDATED = {True: "[green]validated[/]", False: "[bold red]FAILED validation[/]", None: ""}
@@ -77,13 +75,19 @@ def print_benchmark_table(table: BenchmarkTable) -> None:
     print_legend(table.legend)
 
 
-def print_legend(legend: EnvironmentLegend, *, facts: bool = True) -> None:
-    """Each environment's facts (unless ``facts`` is false: JSON output holds them);
-    with more than one environment, a warning on standard error naming what differs."""
-    for tag, found in legend.facts.items() if facts else ():
-        shown = ", ".join(f"{k} {v}" for k, v in found.items() if k != "interpreter")
-        where = found.get("interpreter", "")
-        console().print(escape(f"{tag}: {shown}" + (f" ({where})" if where else "")))
-    warning = legend.warning()
-    if warning:
-        click.echo(f"d5: warning: {warning}", err=True)
+def results_table(kind: str) -> Callable[..., None]:
+    """The ``d5 results table --kind`` entry of benchmark runs of ``kind`` (``op`` or
+    ``net``): one row per problem or case, one column per backend or executor."""
+
+    def show(store: Any, runs: Sequence[Any], *, by: str, as_json: bool) -> None:
+        from d5core.cli.output import print_json
+        from d5core.lv0.benchmark_table import benchmark_table
+
+        table = benchmark_table(store, runs, kind)
+        if as_json:
+            print_json(table.to_json())
+            print_legend(table.legend, facts=False)
+        else:
+            print_benchmark_table(table)
+
+    return show
