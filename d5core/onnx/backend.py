@@ -10,7 +10,7 @@ the one order every backend uses.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any, ClassVar, Generic, TypeVar
 
 import numpy as np
@@ -165,6 +165,27 @@ class BackendOperator(SlottedOperator):
     def check_descriptors(self, inputs: Sequence[TensorDescriptor]) -> None:
         """Check inputs described by descriptors, before any array exists."""
         self._signature([DescribedInput(d) for d in inputs], values_known=False)
+
+    def check_output_gradients(self, given: int, outputs: int) -> None:
+        """Raise a ``UsageError`` when more output gradients are ``given`` than there
+        are ``outputs``."""
+        if given > outputs:
+            raise self.fail(f"{given} output gradients given for {outputs} outputs")
+
+    def rejection(
+        self,
+        shapes: Sequence[Sequence[int] | None],
+        reason: Callable[[BaseException], str],
+    ) -> Callable[[BaseException], UsageError]:
+        """What an error the framework raises for inputs of ``shapes`` becomes: a
+        ``UsageError`` saying that :attr:`backend` rejected them, and ``reason(exc)``
+        (the error in one line)."""
+        described = ", ".join("absent" if s is None else self.format_shape(s) for s in shapes)
+
+        def translate(exc: BaseException) -> UsageError:
+            return self.fail(f"{self.backend} rejected inputs of shapes {described}: {reason(exc)}")
+
+        return translate
 
     def gradients(
         self,

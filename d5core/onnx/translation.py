@@ -8,7 +8,7 @@ framework, and reports a node it cannot translate in one line that names the nod
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -40,6 +40,15 @@ class GraphView:
     output_types: dict[str, np.dtype[Any] | None]
     #: The graph outputs declared as scalars.
     scalars: frozenset[str]
+
+    def check_feeds(self, feeds: Collection[str]) -> None:
+        """Raise a one-line ``UsageError`` naming the first input ``feeds`` lacks."""
+        missing = [n for n in self.inputs if n not in feeds]
+        if missing:
+            raise UsageError(
+                f"the network needs input {missing[0]!r}; feeds have: "
+                f"{', '.join(sorted(feeds)) or 'none'}"
+            )
 
 
 def graph_view(network: Network) -> GraphView:

@@ -16,8 +16,8 @@ import pytest
 
 from d5core.levels.report import ReportRun
 from d5core.lv2 import figures as training
-from d5core.results.store import ResultsStore
 from d5core.lv2.training_table import training_table
+from d5core.results.store import ResultsStore
 from d5core.testing.report_runs import report_runs, stored_measurement
 
 FIXED = {

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from d5core.levels.report import ReportRun
 from d5core.lv2 import figures as training
-from d5core.results.store import ResultsStore
 from d5core.lv2.training_table import training_table
+from d5core.results.store import ResultsStore
 
 RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "digits-mlp.toml"
 
