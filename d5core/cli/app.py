@@ -60,7 +60,7 @@ class D5Group(LazyGroup):
                 if out.error is None  # a failure is reported by the plugin manager
                 for cmd in out.result or ()
             ]
-            self._plugin_commands, _ = merge_commands(offers, _warn)
+            self._plugin_commands = merge_commands(offers, _warn)
         return self._plugin_commands
 
     def list_commands(self, ctx: click.Context) -> list[str]:

@@ -56,9 +56,9 @@ class LazyGroup(click.Group):
 
 def merge_commands(
     offers: list[tuple[str, click.Command]], warn: Callable[[str], None]
-) -> tuple[dict[str, click.Command], dict[str, str]]:
+) -> dict[str, click.Command]:
     """The commands of ``offers`` (each ``(plugin, command)``, in the order the hook
-    gave them) by name, and the plugin that offered each.
+    gave them) by name.
 
     Two groups of one name become one :class:`LazyGroup` with the members of both; any
     other second offer of a taken name, and a member name taken in a merged group, is
@@ -91,7 +91,7 @@ def merge_commands(
             f"plugin {plugin!r} offers command {name!r}, already taken by "
             f"{_who(owner[name])}; skipped"
         )
-    return found, owner
+    return found
 
 
 def _who(plugin: str) -> str:

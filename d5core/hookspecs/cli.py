@@ -27,9 +27,16 @@ def d5_cli_commands() -> Sequence[click.Command] | None:
     the command's function, not at module level, so that ``d5 --help`` stays fast.
 
     :return: a sequence of commands, or ``None``. A command whose name is already taken
-        is skipped with a warning naming both plugins.
+        is skipped with a warning naming both plugins, except a group offered under the
+        name of another group: the two merge, so that a plugin may add ``d5 bench NAME``
+        by returning a group ``bench`` holding only its command (a subcommand name taken
+        in the merged group is skipped with the same warning). d5's own commands come
+        from its internal plugins, as ``d5core.cli.lazy.LazyCommand`` stand-ins that
+        import a command's module only when it runs.
 
     Not firstresult: the commands of all plugins are added.
 
     .. versionadded:: 1.0
+    .. versionchanged:: 1.7
+       Groups of one name merge.
     """

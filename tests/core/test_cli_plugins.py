@@ -129,3 +129,49 @@ def test_a_plugin_failing_to_add_commands_does_not_stop_the_others(d5_site, d5_c
     with pytest.warns(PluginWarning, match="'d5-plugin-badcmds:badcmds' failed in d5_cli_commands"):
         result = d5_cli("greet")
     assert result.exit_code == 0
+
+
+BENCH_GROUP = """
+import click
+from d5core.hookspecs import hookimpl
+d5_plugin_api = ">=1.7"
+
+@click.group("bench")
+def bench():
+    pass
+
+@bench.command("{name}")
+def cmd():
+    click.echo("hello from {dist}")
+
+@hookimpl
+def d5_cli_commands():
+    return [bench]
+"""
+
+
+def test_a_plugins_group_merges_into_d5s_group_of_the_same_name(d5_site, d5_cli):
+    d5_site.add(
+        "d5-plugin-benchmore",
+        entry_points={"d5.hooks": {"benchmore": "benchmore_mod"}},
+        modules={"benchmore_mod.py": BENCH_GROUP.format(name="greet", dist="benchmore")},
+    )
+    listed = d5_cli("bench", "--help").stdout
+    assert all(name in listed for name in ("greet", "op", "net", "comm"))
+    result = d5_cli("bench", "greet")
+    assert (result.exit_code, result.stdout, result.stderr) == (0, "hello from benchmore\n", "")
+    assert "--backends" in d5_cli("bench", "op", "--help").stdout
+
+
+def test_a_plugins_subcommand_taking_one_of_d5s_is_skipped_with_a_warning(d5_site, d5_cli):
+    d5_site.add(
+        "d5-plugin-hijack",
+        entry_points={"d5.hooks": {"hijack": "hijack_mod"}},
+        modules={"hijack_mod.py": BENCH_GROUP.format(name="op", dist="hijack")},
+    )
+    result = d5_cli("bench", "op", "--help")
+    assert result.exit_code == 0 and "--backends" in result.stdout
+    assert (
+        "plugin 'd5-plugin-hijack:hijack' offers command 'bench op', already taken by d5 "
+        "itself; skipped" in result.stderr
+    )
