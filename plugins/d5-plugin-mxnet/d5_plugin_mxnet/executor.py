@@ -47,17 +47,16 @@ down).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 import numpy.typing as npt
-import onnx
 
 from d5_plugin_mxnet._mx import mxnet
 from d5_plugin_mxnet.graph import SUPPORTED_OPS, Step, Translator, fold_constants
 from d5_plugin_mxnet.graph.program import CompiledGraph, build_symbol, compile_symbol, run_steps
-from d5core.api import END, GRAPH_NODE, GraphExecutor, Network, UsageError, get_bus
+from d5core.api import END, GRAPH_NODE, GraphExecutor, UsageError, get_bus
+from d5core.onnx import graph_view
 
 __all__ = ["MXNetCorrectCounter", "MXNetExecutor", "StatArray"]
 
@@ -89,42 +88,6 @@ def _context(device: str) -> Any:
             return mx.gpu(number)
         raise UsageError(f"MXNet sees no GPU {number} (device {device!r}); use device 'cpu'")
     raise UsageError(f"unknown device {device!r} for the mxnet executor; use 'cpu' or 'gpu:N'")
-
-
-@dataclass
-class _Graph:
-    opset: int
-    nodes: list[onnx.NodeProto]
-    parameters: dict[str, npt.NDArray[Any]]
-    trainable: list[str]
-    inputs: list[str]
-    outputs: list[str]
-    #: The element type of every graph output, as numpy's.
-    output_types: dict[str, np.dtype[Any] | None]
-    #: The graph outputs declared as scalars.
-    scalars: frozenset[str]
-
-
-def _graph(network: Network) -> _Graph:
-    params = {k: np.asarray(v) for k, v in network.parameters.items()}
-    types: dict[str, np.dtype[Any] | None] = {}
-    scalars = set()
-    for value in network.model.graph.output:
-        tensor = value.type.tensor_type
-        elem = tensor.elem_type
-        types[value.name] = onnx.helper.tensor_dtype_to_np_dtype(elem) if elem else None
-        if tensor.HasField("shape") and len(tensor.shape.dim) == 0:
-            scalars.add(value.name)
-    return _Graph(
-        int(network.opset),
-        list(network.nodes),
-        params,
-        list(network.trainable),
-        [v.name for v in network.inputs if v.name not in params],
-        [v.name for v in network.outputs],
-        types,
-        frozenset(scalars),
-    )
 
 
 class StatArray:
@@ -180,7 +143,7 @@ class MXNetExecutor(GraphExecutor):
     def __init__(self, network: Any, *, device: str = "cpu") -> None:
         super().__init__(network, device=device)
         self.mx_context = _context(device)
-        self._graph = _graph(self.network)
+        self._graph = graph_view(self.network)
         self.check_supported()
         self._input_ranks = {
             value.name: len(value.type.tensor_type.shape.dim)
@@ -303,12 +266,7 @@ class MXNetExecutor(GraphExecutor):
     # -- feeds and compilation -----------------------------------------------------------
 
     def _to_arrays(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
-        missing = [n for n in self._graph.inputs if n not in feeds]
-        if missing:
-            raise UsageError(
-                f"the network needs input {missing[0]!r}; feeds have: "
-                f"{', '.join(sorted(feeds)) or 'none'}"
-            )
+        self._graph.check_feeds(feeds)
         arrays = {}
         for name in self._graph.inputs:
             value = feeds[name]

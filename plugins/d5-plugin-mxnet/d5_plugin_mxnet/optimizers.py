@@ -64,7 +64,7 @@ into the other and compares with the reference's directly.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -72,7 +72,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from d5_plugin_mxnet._mx import mxnet
-from d5core.api import Optimizer, UsageError
+from d5core.api import UsageError
+from d5core.onnx import NativeOptimizer
 
 __all__ = [
     "MXSGD",
@@ -104,7 +105,7 @@ class _Slot:
     scale: float | None = None
 
 
-class MXOptimizer(Optimizer):
+class MXOptimizer(NativeOptimizer):
     """A d5 optimizer run by an ``mx.optimizer.Optimizer``; subclasses configure it.
 
     A subclass gives :meth:`make` (MXNet's optimizer), :meth:`fresh_state` and the
@@ -123,7 +124,6 @@ class MXOptimizer(Optimizer):
         self._optimizer = self.make()
         self._slots: dict[str, _Slot] = {}
         self._live: dict[str, NDArrayMX] = {}
-        self._order: tuple[str, ...] = ()
         self._bound = False
 
     # -- what a subclass gives -------------------------------------------------
@@ -166,14 +166,6 @@ class MXOptimizer(Optimizer):
             )
         return self._mx.nd.array(array, ctx=weight.context, dtype=weight.dtype)
 
-    def _check_loaded(self, name: str, loaded: Mapping[str, Array], kept: Sequence[str]) -> None:
-        extra = sorted(set(loaded) - set(kept))
-        if extra:
-            raise UsageError(
-                f"optimizer {self.name!r}: the loaded state of {name!r} holds {extra[0]!r}, "
-                f"which this optimizer does not keep (it keeps {', '.join(kept) or 'nothing'})"
-            )
-
     def kept(self) -> tuple[str, ...]:
         """The reference's state names this optimizer keeps."""
         return ()
@@ -184,7 +176,7 @@ class MXOptimizer(Optimizer):
         slot = self._slots.get(name)
         if slot is None:
             loaded = self.state.pop(name, {})
-            self._check_loaded(name, loaded, self.kept())
+            self.check_loaded_state(name, loaded, self.kept())
             state = self.from_reference(loaded, weight, lr) if loaded else self.fresh_state(weight)
             slot = _Slot(len(self._slots), weight, state, self.steps.pop(name, 0))
             if loaded and self.folds_lr:
@@ -240,25 +232,12 @@ class MXOptimizer(Optimizer):
             raise UsageError(f"optimizer {self.name!r} is bound to an executor; call native_step")
         mx, lr = self._mx, float(self.lr)
         stepped = []
-        for name, grad in grads.items():
-            if name not in params:
-                raise UsageError(f"optimizer {self.name!r}: gradient {name!r} has no parameter")
-            p = params[name]
-            if np.shape(grad) != p.shape:
-                raise UsageError(
-                    f"optimizer {self.name!r}: gradient {name!r} has shape {np.shape(grad)}, "
-                    f"parameter has {p.shape}"
-                )
+        for name, p, grad in self.numpy_gradients(params, grads):
             slot = self._slots.get(name)
             if slot is None:
                 slot = self._slot(name, mx.nd.array(p, dtype=p.dtype), lr)
-            elif tuple(slot.weight.shape) != p.shape or slot.weight.dtype != p.dtype:
-                raise UsageError(
-                    f"optimizer {self.name!r}: parameter {name!r} is {p.dtype} {p.shape}, "
-                    f"its state is for {np.dtype(slot.weight.dtype)} "
-                    f"{tuple(slot.weight.shape)}; call reset() first"
-                )
             else:
+                self.check_state_layout(name, p, slot.weight.dtype, slot.weight.shape)
                 slot.weight[:] = p
             self._update(slot, self._gradient(name, grad, slot.weight))
             stepped.append(name)
@@ -270,27 +249,15 @@ class MXOptimizer(Optimizer):
     def bind(self, executor: object) -> None:
         """Update ``executor``'s live ``NDArray``\\ s from now on (state taken so far is
         forgotten; state loaded by :meth:`load_state_dict` applies at the next step)."""
-        accessor = getattr(executor, "native_parameters", None)
-        if not callable(accessor):
-            raise UsageError(
-                f"optimizer {self.name!r} binds to the mxnet executor only "
-                f"({type(executor).__name__} has no native_parameters); use step() with "
-                "numpy arrays otherwise"
-            )
-        found = dict(accessor())
-        for key, value in found.items():
-            if not isinstance(value, self._mx.nd.NDArray):
-                raise UsageError(
-                    f"optimizer {self.name!r}: parameter {key!r} of {type(executor).__name__} "
-                    f"is a {type(value).__name__}, not an NDArray; bind to the mxnet executor"
-                )
-            if np.dtype(value.dtype).kind != "f":
-                raise UsageError(
-                    f"optimizer {self.name!r}: parameter {key!r} is {np.dtype(value.dtype)}; "
-                    "only floating-point parameters can be trained"
-                )
-        self._live, self._order, self._bound = found, tuple(found), True
-        self._forget()
+        found = self.native_parameters(
+            executor,
+            "mxnet",
+            "an NDArray",
+            lambda value: isinstance(value, self._mx.nd.NDArray),
+            lambda value: None if np.dtype(value.dtype).kind == "f" else str(np.dtype(value.dtype)),
+        )
+        self._live, self._bound = found, True
+        self.forget()
 
     def native_step(self, native_grads: object) -> None:
         """Step the bound ``NDArray``\\ s with their gradients: a mapping by name (a
@@ -298,61 +265,24 @@ class MXOptimizer(Optimizer):
         as zeros. Only enqueues MXNet's work."""
         if not self._bound:
             raise UsageError(f"optimizer {self.name!r}: call bind(executor) before native_step")
-        live = self._live
-        if isinstance(native_grads, Mapping):
-            for key in native_grads:
-                if key not in live:
-                    raise UsageError(f"optimizer {self.name!r}: gradient {key!r} has no parameter")
-            pairs = [(n, native_grads[n]) for n in self._order if n in native_grads]
-        elif isinstance(native_grads, Sequence) and not isinstance(native_grads, str):
-            if len(native_grads) != len(live):
-                raise UsageError(
-                    f"optimizer {self.name!r}: {len(native_grads)} gradients for "
-                    f"{len(live)} bound parameters"
-                )
-            pairs = list(zip(self._order, native_grads, strict=True))
-        else:
-            raise UsageError(
-                f"optimizer {self.name!r}: native gradients must be a mapping or a sequence"
-            )
+        names, grads = self.native_gradients(native_grads, self._live)
         lr = float(self.lr)
-        for name, grad in pairs:
-            weight = live[name]
+        for name, grad in zip(names, grads, strict=True):
+            weight = self._live[name]
             slot = self._slot(name, weight, lr)
             self._update(slot, self._gradient(name, grad, weight))
 
     # -- state -----------------------------------------------------------------
 
-    def _forget(self) -> None:
+    def forget(self) -> None:
+        """Drop MXNet's state of every parameter (and its optimizer's step counts)."""
         self._slots = {}
         self._optimizer = self.make()
 
-    def state_dict(self) -> dict[str, object]:
-        """``lr``, ``hyper``, and per parameter its step count and state arrays (copies),
-        in the numpy reference's layout."""
-        steps = dict(self.steps)
-        state = {k: {s: a.copy() for s, a in v.items()} for k, v in self.state.items()}
-        for name, slot in self._slots.items():
-            steps[name] = slot.steps
-            state[name] = self.to_reference(slot)
-        return {
-            "name": self.name,
-            "lr": self.lr,
-            "hyper": dict(self.hyper),
-            "steps": steps,
-            "state": state,
-        }
-
-    def load_state_dict(self, state: Mapping[str, object]) -> None:
-        """Resume from :meth:`state_dict` (this class's or the numpy reference's layout);
-        each parameter's state applies at its next step."""
-        super().load_state_dict(state)
-        self._forget()
-
-    def reset(self) -> None:
-        """Forget all state; a bound optimizer stays bound to the same arrays."""
-        super().reset()
-        self._forget()
+    def live_state(self) -> dict[str, tuple[int, dict[str, Array]]]:
+        """Per parameter stepped, its step count and MXNet's state in the reference's
+        layout (numpy copies)."""
+        return {name: (slot.steps, self.to_reference(slot)) for name, slot in self._slots.items()}
 
 
 #: What every MXNet optimizer here is built with: no weight decay, no gradient rescaling,

@@ -60,7 +60,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
@@ -72,8 +71,8 @@ from d5_plugin_tensorflow.graph.layout import VariableLayout, flat_weight_layout
 from d5_plugin_tensorflow.graph.nodes import CONSTANT_OPS, Translator
 from d5_plugin_tensorflow.graph.profile import NodeTimes, profile_calls
 from d5_plugin_tensorflow.graph.program import Program, node_of_op
-from d5core.api import END, GRAPH_NODE, GraphExecutor, NativeTraining, Network, UsageError, get_bus
-from d5core.onnx import constant_value
+from d5core.api import END, GRAPH_NODE, GraphExecutor, NativeTraining, UsageError, get_bus
+from d5core.onnx import GraphView, constant_value, graph_view
 
 __all__ = ["TensorFlowExecutor", "TensorFlowXLAExecutor", "VariableCorrectCounter"]
 
@@ -88,33 +87,11 @@ _XLA_REFUSAL = re.compile(r"No registered '([^']+)' OpKernel for XLA")
 _XLA_COMPILING = re.compile(r"XLA|compile", re.IGNORECASE)
 
 
-@dataclass
-class _Graph:
-    opset: int
-    nodes: list[onnx.NodeProto]
-    parameters: dict[str, np.ndarray]
-    trainable: list[str]
-    inputs: list[str]
-    outputs: list[str]
-
-
-def _graph(network: Network) -> _Graph:
-    params = {k: np.asarray(v) for k, v in network.parameters.items()}
-    return _Graph(
-        int(network.opset),
-        list(network.nodes),
-        params,
-        list(network.trainable),
-        [v.name for v in network.inputs if v.name not in params],
-        [v.name for v in network.outputs],
-    )
-
-
 #: Operators whose input 1 may be kept in TensorFlow's kernel layout.
 _KERNEL_READERS = frozenset({"Conv", "ConvTranspose"})
 
 
-def _kernel_weights(graph: _Graph) -> frozenset[str]:
+def _kernel_weights(graph: GraphView) -> frozenset[str]:
     """The float parameters read only as the weights of Conv or ConvTranspose nodes (and
     not graph outputs): kept in TensorFlow's kernel layout."""
     uses: dict[str, set[tuple[str, int]]] = {}
@@ -151,7 +128,7 @@ def _static_dims(model: onnx.ModelProto) -> dict[str, list[int | None]]:
 
 
 def _flat_weights(
-    graph: _Graph, model: onnx.ModelProto
+    graph: GraphView, model: onnx.ModelProto
 ) -> tuple[dict[str, VariableLayout], frozenset[str]]:
     """The Gemm weights kept in the order of a channels-last Flatten, and those Flattens'
     outputs.
@@ -266,7 +243,7 @@ class TensorFlowExecutor(GraphExecutor, NativeTraining):
         super().__init__(network, device=device)
         self.tf_device = _device(device)
         self.jit_compile = self.default_jit_compile if jit_compile is None else bool(jit_compile)
-        self._graph = _graph(self.network)
+        self._graph = graph_view(self.network)
         self.check_supported()
         self._trainable_set = set(self._graph.trainable)
         #: Running statistics of the last training pass, by BatchNormalization input name.
@@ -487,12 +464,7 @@ class TensorFlowExecutor(GraphExecutor, NativeTraining):
     # -- running ---------------------------------------------------------------------------
 
     def _to_tensors(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
-        missing = [n for n in self._graph.inputs if n not in feeds]
-        if missing:
-            raise UsageError(
-                f"the network needs input {missing[0]!r}; feeds have: "
-                f"{', '.join(sorted(feeds)) or 'none'}"
-            )
+        self._graph.check_feeds(feeds)
         with tf.device(self.tf_device):
             return {
                 k: v if isinstance(v, tf.Tensor) else tf.convert_to_tensor(np.ascontiguousarray(v))

@@ -43,13 +43,14 @@ taken either way loads into the other, and compares with the reference's directl
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 import numpy as np
 
 from d5_plugin_tensorflow._tf import tensorflow
-from d5core.api import Optimizer, UsageError
+from d5core.api import UsageError
+from d5core.onnx import NativeOptimizer
 
 __all__ = [
     "TFSGD",
@@ -70,31 +71,7 @@ Tensor = Any
 _StepFunction = Callable[[list[Tensor], Tensor], Any]
 
 
-def _executor_variables(executor: object, name: str) -> dict[str, Variable]:
-    """The executor's live trainable variables by name, in its trainable order."""
-    accessor = getattr(executor, "native_parameters", None)
-    if not callable(accessor):
-        raise UsageError(
-            f"optimizer {name!r} binds to the tensorflow executor only "
-            f"({type(executor).__name__} has no native_parameters); use step() with numpy "
-            "arrays otherwise"
-        )
-    found = dict(accessor())
-    for key, value in found.items():
-        if not isinstance(value, tf.Variable):
-            raise UsageError(
-                f"optimizer {name!r}: parameter {key!r} of {type(executor).__name__} is a "
-                f"{type(value).__name__}, not a tf.Variable; bind to the tensorflow executor"
-            )
-        if not value.dtype.is_floating:
-            raise UsageError(
-                f"optimizer {name!r}: parameter {key!r} is {value.dtype.name}; only "
-                "floating-point parameters can be trained"
-            )
-    return found
-
-
-class TFOptimizer(Optimizer):
+class TFOptimizer(NativeOptimizer):
     """A d5 optimizer whose update runs in TensorFlow; subclasses give the update.
 
     A subclass declares :attr:`defaults`, its state names (:meth:`slot_names`, with
@@ -150,7 +127,13 @@ class TFOptimizer(Optimizer):
     def bind(self, executor: object) -> None:
         """Update ``executor``'s trainable variables from now on; state taken so far is
         forgotten (state loaded by :meth:`load_state_dict` applies at the next step)."""
-        self._params = _executor_variables(executor, self.name)
+        self._params = self.native_parameters(
+            executor,
+            "tensorflow",
+            "a tf.Variable",
+            lambda value: isinstance(value, tf.Variable),
+            lambda value: None if value.dtype.is_floating else value.dtype.name,
+        )
         self._order = tuple(self._params)
         # Variables the executor keeps in another layout than ONNX's (convolution
         # kernels channels-last, Gemm weights after a channels-last Flatten): name ->
@@ -159,7 +142,7 @@ class TFOptimizer(Optimizer):
         layouts = getattr(executor, "native_layouts", None)
         self._layouts = dict(layouts()) if callable(layouts) else {}
         self._bound = True
-        self._forget_variables()
+        self.forget()
 
     def native_step(self, native_grads: object) -> None:
         """Step the bound variables with their gradients: a mapping by name (a parameter
@@ -167,29 +150,7 @@ class TFOptimizer(Optimizer):
         ``tf.IndexedSlices`` are made dense."""
         if not self._bound:
             raise UsageError(f"optimizer {self.name!r}: call bind(executor) before native_step")
-        params = self._params
-        if isinstance(native_grads, Mapping):
-            if len(native_grads) == len(params) and all(k in params for k in native_grads):
-                names = self._order
-            else:
-                for key in native_grads:
-                    if key not in params:
-                        raise UsageError(
-                            f"optimizer {self.name!r}: gradient {key!r} has no parameter"
-                        )
-                names = tuple(n for n in self._order if n in native_grads)
-            grads = [native_grads[n] for n in names]
-        elif isinstance(native_grads, Sequence) and not isinstance(native_grads, str):
-            if len(native_grads) != len(params):
-                raise UsageError(
-                    f"optimizer {self.name!r}: {len(native_grads)} gradients for "
-                    f"{len(params)} bound parameters"
-                )
-            names, grads = self._order, list(native_grads)
-        else:
-            raise UsageError(
-                f"optimizer {self.name!r}: native gradients must be a mapping or a sequence"
-            )
+        names, grads = self.native_gradients(native_grads, self._params)
         self._run(names, [self._as_gradient(n, g) for n, g in zip(names, grads, strict=True)])
 
     def _as_gradient(self, name: str, grad: Any) -> Tensor:
@@ -213,25 +174,13 @@ class TFOptimizer(Optimizer):
         if self._bound:
             raise UsageError(f"optimizer {self.name!r} is bound to an executor; call native_step")
         tensors: dict[str, Tensor] = {}
-        for name, grad in grads.items():
-            if name not in params:
-                raise UsageError(f"optimizer {self.name!r}: gradient {name!r} has no parameter")
-            p = params[name]
-            if np.shape(grad) != p.shape:
-                raise UsageError(
-                    f"optimizer {self.name!r}: gradient {name!r} has shape {np.shape(grad)}, "
-                    f"parameter has {p.shape}"
-                )
+        for name, p, grad in self.numpy_gradients(params, grads):
             v = self._params.get(name)
             if v is None:
                 v = self._params[name] = tf.Variable(np.array(p), trainable=False)
                 self._order = tuple(self._params)
-            elif tuple(v.shape) != p.shape or v.dtype.as_numpy_dtype != p.dtype:
-                raise UsageError(
-                    f"optimizer {self.name!r}: parameter {name!r} is {p.dtype} {p.shape}, "
-                    f"its state is for {v.dtype.name} {tuple(v.shape)}; call reset() first"
-                )
             else:
+                self.check_state_layout(name, p, v.dtype.as_numpy_dtype, v.shape)
                 v.assign(p)
             tensors[name] = tf.constant(np.asarray(grad, dtype=p.dtype))
         names = tuple(n for n in self._order if n in tensors)
@@ -295,12 +244,7 @@ class TFOptimizer(Optimizer):
         dtype = p.dtype.as_numpy_dtype
         loaded = self.state.pop(name, {})
         wanted = self.slot_names()
-        extra = sorted(set(loaded) - set(wanted))
-        if extra:
-            raise UsageError(
-                f"optimizer {self.name!r}: the loaded state of {name!r} holds {extra[0]!r}, "
-                f"which this optimizer does not keep (it keeps {', '.join(wanted) or 'nothing'})"
-            )
+        self.check_loaded_state(name, loaded, wanted)
         slots: dict[str, Variable] = {}
         for slot in wanted:
             if slot in loaded:
@@ -319,39 +263,26 @@ class TFOptimizer(Optimizer):
         self._slots[name] = slots
         self._counts[name] = tf.Variable(self.steps.pop(name, 0), dtype=tf.int64, trainable=False)
 
-    def _forget_variables(self) -> None:
+    def forget(self) -> None:
+        """Drop the state variables and the compiled steps."""
         self._slots, self._counts, self._compiled = {}, {}, {}
 
-    def state_dict(self) -> dict[str, object]:
-        """``lr``, ``hyper``, and per parameter its step count and state arrays (copies),
-        in the numpy reference's layout."""
-        steps = dict(self.steps)
-        state = {k: {s: a.copy() for s, a in v.items()} for k, v in self.state.items()}
+    def live_state(self) -> dict[str, tuple[int, dict[str, np.ndarray]]]:
+        """Per parameter stepped, its step count and state arrays (copies) in the ONNX
+        layout, as the numpy reference keeps them."""
+        live = {}
         for name, slots in self._slots.items():
-            steps[name] = int(self._counts[name].numpy())
             layout = self._layouts.get(name)
-            state[name] = {
+            arrays = {
                 s: np.array(v.numpy() if layout is None else layout.to_onnx(v.numpy()))
                 for s, v in slots.items()
             }
-        return {
-            "name": self.name,
-            "lr": self.lr,
-            "hyper": dict(self.hyper),
-            "steps": steps,
-            "state": state,
-        }
-
-    def load_state_dict(self, state: Mapping[str, object]) -> None:
-        """Resume from :meth:`state_dict` (this class's or the numpy reference's layout);
-        each parameter's state applies at its next step."""
-        super().load_state_dict(state)
-        self._forget_variables()
+            live[name] = (int(self._counts[name].numpy()), arrays)
+        return live
 
     def reset(self) -> None:
         """Forget all state; a bound optimizer stays bound to the same variables."""
         super().reset()
-        self._forget_variables()
         if not self._bound:
             self._params, self._order = {}, ()
 

@@ -59,13 +59,15 @@ from d5_plugin_torch.graph_ops.shape import ShapeOps
 from d5_plugin_torch.graph_ops.signal import SignalOps
 from d5_plugin_torch.ops._base import resolve_device
 from d5_plugin_torch.ops.normalization import reference_mask
-from d5core.api import GRAPH_NODE, GraphExecutor, NativeTraining, Network, UsageError, get_bus
+from d5core.api import GRAPH_NODE, GraphExecutor, NativeTraining, UsageError, get_bus
 from d5core.onnx import (
     constant_value,
+    graph_view,
     legacy_broadcast,
     legacy_broadcast_shape,
     node_attributes,
-    resolve_pads,
+    node_errors,
+    node_pads,
 )
 
 __all__ = ["DeviceCorrectCounter", "TorchExecutor"]
@@ -75,30 +77,6 @@ _CONSTANTS = frozenset({"Constant", "ConstantOfShape"})
 _DEFAULT_DOMAINS = frozenset({"", "ai.onnx"})
 
 
-@dataclass
-class _Graph:
-    opset: int
-    nodes: list[onnx.NodeProto]
-    parameters: dict[str, np.ndarray]
-    trainable: list[str]
-    inputs: list[str]
-    outputs: list[str]
-
-
-def _graph(network: Network) -> _Graph:
-    """The graph as the translator reads it (``GraphExecutor`` has already made any
-    ``onnx.ModelProto`` a ``Network``, with node names filled in)."""
-    params = {k: np.asarray(v) for k, v in network.parameters.items()}
-    return _Graph(
-        int(network.opset),
-        list(network.nodes),
-        params,
-        list(network.trainable),
-        [v.name for v in network.inputs if v.name not in params],
-        [v.name for v in network.outputs],
-    )
-
-
 # -- geometry helpers -----------------------------------------------------------
 
 
@@ -106,14 +84,7 @@ def _spatial_pads(
     attrs: Mapping[str, Any], kernel: Sequence[int], x_shape: Sequence[int]
 ) -> list[int]:
     """ONNX pads (begins then ends) for ``x_shape``, resolving ``auto_pad``."""
-    begins, ends = resolve_pads(
-        x_shape[2:],
-        kernel,
-        auto_pad=attrs.get("auto_pad", "NOTSET"),
-        pads=attrs.get("pads"),
-        strides=attrs.get("strides"),
-        dilations=attrs.get("dilations"),
-    )
+    begins, ends = node_pads(attrs, kernel, x_shape)
     return [*begins, *ends]
 
 
@@ -692,14 +663,14 @@ class TorchExecutor(GraphExecutor, NativeTraining):
     name: ClassVar[str] = "torch"
     trains: ClassVar[bool] = True
     #: Every operator type the executor translates.
-    supported_ops: ClassVar[frozenset[str]] = (
-        frozenset(n[3:] for n in dir(_Translator) if n.startswith("op_"))
+    supported_ops: ClassVar[frozenset[str]] = frozenset(
+        n[3:] for n in dir(_Translator) if n.startswith("op_")
     )
 
     def __init__(self, network: Any, *, device: str = "cpu") -> None:
         super().__init__(network, device=device)
         self.torch_device = resolve_device(device)
-        self._graph = _graph(self.network)
+        self._graph = graph_view(self.network)
         self.check_supported()
         self._trainable_set = set(self._graph.trainable)
         #: Running statistics of the last training pass, by BatchNormalization input name.
@@ -709,8 +680,7 @@ class TorchExecutor(GraphExecutor, NativeTraining):
         self._params: dict[str, Tensor] = {}
         self.set_parameters(self._graph.parameters, _initial=True)
         self._const_tensors = {
-            k: to_torch(v, self.torch_device, copy=True)
-            for k, v in self._constants.items()
+            k: to_torch(v, self.torch_device, copy=True) for k, v in self._constants.items()
         }
         self._steps = {t: self._translate(t) for t in (False, True)}
         self._plans: dict[tuple[bool, frozenset[str]], list[_Planned]] = {}
@@ -753,32 +723,17 @@ class TorchExecutor(GraphExecutor, NativeTraining):
         for node in self._graph.nodes:
             if node.op_type in _CONSTANTS and node.output[0] in self._constants:
                 continue  # folded
-            try:
+            with node_errors(node):
                 fn, inputs = translator.translate(node)
-            except UsageError as exc:
-                if str(exc).startswith("node "):
-                    raise
-                raise UsageError(f"node {node.name!r} ({node.op_type}): {exc}") from None
-            except (KeyError, TypeError, ValueError) as exc:
-                raise UsageError(
-                    f"node {node.name!r} ({node.op_type}): bad attributes ({exc})"
-                ) from None
             steps.append(_Step(node.name, node.op_type, fn, inputs, list(node.output)))
         return steps
 
     # -- running ---------------------------------------------------------------
 
     def _to_tensors(self, feeds: Mapping[str, Any]) -> dict[str, Tensor]:
-        missing = [n for n in self._graph.inputs if n not in feeds]
-        if missing:
-            raise UsageError(
-                f"the network needs input {missing[0]!r}; feeds have: "
-                f"{', '.join(sorted(feeds)) or 'none'}"
-            )
+        self._graph.check_feeds(feeds)
         return {
-            k: v
-            if isinstance(v, Tensor)
-            else to_torch(v, self.torch_device)
+            k: v if isinstance(v, Tensor) else to_torch(v, self.torch_device)
             for k, v in feeds.items()
         }
 

@@ -20,13 +20,14 @@ use loads into the other.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 import numpy as np
 import torch
 
-from d5core.api import Optimizer, UsageError
+from d5core.api import UsageError
+from d5core.onnx import NativeOptimizer
 
 __all__ = [
     "TorchAdagrad",
@@ -58,7 +59,7 @@ def _executor_parameters(executor: Any) -> dict[str, Tensor]:
     return {n: params[n] for n in names if n in params and params[n].is_floating_point()}
 
 
-class TorchOptimizer(Optimizer):
+class TorchOptimizer(NativeOptimizer):
     """A ``torch.optim`` optimizer under d5's interface; subclasses pick the class."""
 
     native: ClassVar[str | None] = "torch"
@@ -89,23 +90,9 @@ class TorchOptimizer(Optimizer):
         if not self._bound:
             raise UsageError(f"optimizer {self.name!r}: call bind(executor) before native_step")
         tensors = self._tensors
-        if type(native_grads) is dict or isinstance(native_grads, Mapping):
-            pairs: Iterable[tuple[str, Any]] = native_grads.items()
-        elif isinstance(native_grads, Sequence):
-            if len(native_grads) != len(tensors):
-                raise UsageError(
-                    f"optimizer {self.name!r}: {len(native_grads)} gradients for "
-                    f"{len(tensors)} bound parameters"
-                )
-            pairs = zip(tensors, native_grads, strict=True)
-        else:
-            raise UsageError(
-                f"optimizer {self.name!r}: native gradients must be a mapping or a sequence"
-            )
-        for name, grad in pairs:
-            t = tensors.get(name)
-            if t is None:
-                raise UsageError(f"optimizer {self.name!r}: gradient {name!r} has no parameter")
+        names, grads = self.native_gradients(native_grads, tensors)
+        for name, grad in zip(names, grads, strict=True):
+            t = tensors[name]
             if grad is None:
                 grad = torch.zeros_like(t)
             elif grad.requires_grad:  # autograd's own gradients need no detaching (µs each)
@@ -118,18 +105,8 @@ class TorchOptimizer(Optimizer):
     def step(self, params: Mapping[str, np.ndarray], grads: Mapping[str, np.ndarray]) -> None:
         """Update numpy ``params`` in place: copied into owned tensors, stepped, copied back."""
         if self._bound:
-            raise UsageError(
-                f"optimizer {self.name!r} is bound to an executor; call native_step"
-            )
-        for name, grad in grads.items():
-            if name not in params:
-                raise UsageError(f"optimizer {self.name!r}: gradient {name!r} has no parameter")
-            p = params[name]
-            if np.shape(grad) != p.shape:
-                raise UsageError(
-                    f"optimizer {self.name!r}: gradient {name!r} has shape {np.shape(grad)}, "
-                    f"parameter has {p.shape}"
-                )
+            raise UsageError(f"optimizer {self.name!r} is bound to an executor; call native_step")
+        for name, p, grad in self.numpy_gradients(params, grads):
             t = self._tensors.get(name)
             if t is None:
                 t = self._tensors[name] = torch.tensor(np.ascontiguousarray(p))

@@ -22,7 +22,7 @@ import numpy.typing as npt
 import onnx
 
 from d5_plugin_mxnet.graph.base import Context, Reader, Shape, Translated, Translation, node_error
-from d5core.onnx import resolve_pads
+from d5core.onnx import node_pads
 
 __all__ = ["OPS", "explicit_pad", "reference_mask", "spatial_pads"]
 
@@ -36,15 +36,7 @@ def spatial_pads(
     node: onnx.NodeProto, a: dict[str, Any], kernel: Sequence[int], x_shape: Shape
 ) -> tuple[list[int], list[int]]:
     """The padding before and after each spatial axis, ``auto_pad`` resolved."""
-    begins, ends = resolve_pads(
-        x_shape[2:],
-        kernel,
-        auto_pad=a.get("auto_pad", "NOTSET"),
-        pads=a.get("pads"),
-        strides=a.get("strides"),
-        dilations=a.get("dilations"),
-        op_type=node.op_type,
-    )
+    begins, ends = node_pads(a, kernel, x_shape, op_type=node.op_type)
     return list(begins), list(ends)
 
 

@@ -32,7 +32,7 @@ from d5_plugin_mxnet.graph import (
 )
 from d5_plugin_mxnet.graph.base import Context, NodeFn, Step, Translated, Translation
 from d5core.api import UsageError
-from d5core.onnx import constant_value, node_attributes
+from d5core.onnx import constant_value, node_attributes, node_errors
 
 __all__ = ["CONSTANT_OPS", "OPS", "SUPPORTED_OPS", "Translator", "fold_constants"]
 
@@ -133,16 +133,8 @@ class Translator:
 
     def _translate_node(self, node: onnx.NodeProto, translation: Translation) -> Translated:
         attributes: dict[str, Any] = node_attributes(node)
-        try:
+        with node_errors(node):
             return translation(node, attributes, self)
-        except UsageError as exc:
-            if str(exc).startswith("node "):
-                raise
-            raise UsageError(f"node {node.name!r} ({node.op_type}): {exc}") from None
-        except (KeyError, TypeError, ValueError) as exc:
-            raise UsageError(
-                f"node {node.name!r} ({node.op_type}): bad attributes ({exc})"
-            ) from None
 
     def _late(self, node: onnx.NodeProto, translation: Translation, missing: str) -> Step:
         """The step of a node whose static inputs are known only when the graph is

@@ -30,13 +30,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from d5_plugin_mxnet._mx import mxnet
-from d5core.api import UsageError
-from d5core.onnx import (
-    BackendOperator,
-    InputSlot,
-    check_float_dtypes,
-    match_input_slots,
-)
+from d5core.onnx import BackendOperator, InputSlot
 from d5core.onnx import Signature as PlanSignature
 
 __all__ = [
@@ -113,6 +107,8 @@ class MXNetOperator(BackendOperator):
 
     #: MXNet's engine returns before queued work is done, on the CPU too.
     asynchronous: ClassVar[bool] = True
+    float_dtypes = FLOAT_DTYPES
+    backend = "mxnet"
 
     def __init__(self, attributes: Mapping[str, Any] | None = None) -> None:
         super().__init__(attributes)
@@ -148,23 +144,21 @@ class MXNetOperator(BackendOperator):
         outputs = self._run_forward(bound)()
         return [self._output(bound.plan, i, out) for i, out in enumerate(outputs)]
 
-    def backward(
+    def gradients(
         self,
         grad_outputs: Sequence[np.ndarray[Any, Any] | None],
         inputs: Sequence[np.ndarray[Any, Any]],
-        outputs: Sequence[np.ndarray[Any, Any]] | None = None,
-    ) -> list[np.ndarray[Any, Any] | None]:
-        """Gradients of the inputs through ``mx.autograd``; ``None`` for
-        non-differentiable ones. ``outputs`` is not needed: the graph is recorded from
-        ``inputs``."""
+    ) -> tuple[tuple[int, ...], list[np.ndarray[Any, Any]]]:
+        """The gradients of the differentiable inputs through ``mx.autograd`` (the graph
+        is recorded from ``inputs``), with their positions."""
         run, bound = self._prepare_backward(grad_outputs, inputs)
         grads = run()
-        result: list[np.ndarray[Any, Any] | None] = [None] * len(inputs)
+        found: list[np.ndarray[Any, Any]] = []
         for pos, grad in zip(bound.grad_inputs, grads, strict=True):
             shape = bound.shapes[pos]
             assert shape is not None
-            result[pos] = grad.asnumpy().reshape(shape)
-        return result
+            found.append(grad.asnumpy().reshape(shape))
+        return bound.grad_inputs, found
 
     def prepare_forward(self, inputs: Sequence[np.ndarray[Any, Any]]) -> Callable[[], Any]:
         """Copy ``inputs`` into ``mx.nd`` arrays once; return the timed callable.
@@ -188,7 +182,8 @@ class MXNetOperator(BackendOperator):
     # -- machinery --------------------------------------------------------------
 
     def _run_forward(self, bound: _Bound) -> Callable[[], tuple[Any, ...]]:
-        kernel, args, translate = bound.plan.kernel, bound.args, self._translator(bound.shapes)
+        kernel, args = bound.plan.kernel, bound.args
+        translate = self.rejection(bound.shapes, one_line)
 
         def run() -> tuple[Any, ...]:
             try:
@@ -204,7 +199,7 @@ class MXNetOperator(BackendOperator):
         inputs: Sequence[np.ndarray[Any, Any]],
     ) -> tuple[Callable[[], tuple[Any, ...]], _Bound]:
         bound = self._bind(inputs, for_grad=True)
-        plan, translate = bound.plan, self._translator(bound.shapes)
+        plan, translate = bound.plan, self.rejection(bound.shapes, one_line)
         for leaf in bound.grad_leaves:
             leaf.attach_grad()
         try:
@@ -212,10 +207,7 @@ class MXNetOperator(BackendOperator):
                 outputs = plan.kernel(*bound.args)
         except _MX_ERRORS as exc:
             raise translate(exc) from exc
-        if len(grad_outputs) > len(outputs):
-            raise self.fail(
-                f"{len(grad_outputs)} output gradients given for {len(outputs)} outputs"
-            )
+        self.check_output_gradients(len(grad_outputs), len(outputs))
         roots: list[Any] = []
         seeds: list[Any] = []
         for i, (out, given) in enumerate(zip(outputs, grad_outputs, strict=False)):
@@ -248,7 +240,7 @@ class MXNetOperator(BackendOperator):
 
     def _bind(self, inputs: Sequence[np.ndarray[Any, Any] | None], *, for_grad: bool) -> _Bound:
         arrays = [None if a is None else np.asarray(a) for a in inputs]
-        sig = self._signature(arrays, values_known=True)
+        sig: Signature = self._signature(arrays, values_known=True)
         plan = self.build(sig, for_grad=for_grad)
         self.timed_notes = plan.notes
         args: list[Any] = []
@@ -277,33 +269,22 @@ class MXNetOperator(BackendOperator):
             array = array.astype(plan.dtypes[index])
         return array
 
-    def _signature(self, arrays: Sequence[Any], *, values_known: bool) -> Signature:
-        slots = match_input_slots(self.op_type, self.slots, len(arrays))
-        dtype = check_float_dtypes(self.op_type, slots, arrays, FLOAT_DTYPES, "mxnet")
+    def signature(
+        self,
+        arrays: tuple[Any, ...],
+        slots: tuple[InputSlot, ...],
+        dtype: str | None,
+        *,
+        values_known: bool,
+    ) -> Signature:
+        """The signature, once no input has an axis of size 0 (MXNet cannot hold one)."""
         for slot, array in zip(slots, arrays, strict=True):
             if array is not None and slot.kind != "static" and 0 in tuple(array.shape):
                 raise self.fail(
                     f"input {slot.name} has shape {_fmt(array.shape)}: MXNet 1.9's arrays "
                     f"cannot hold an axis of size 0; give every axis at least one element"
                 )
-        sig = Signature(
-            arrays=tuple(arrays),
-            slots=slots,
-            dtype=dtype if dtype is not None else "float32",
-            values_known=values_known,
-        )
-        self.check(sig)
-        return sig
-
-    def _translator(
-        self, shapes: Sequence[tuple[int, ...] | None]
-    ) -> Callable[[BaseException], UsageError]:
-        described = ", ".join(_fmt(s) for s in shapes)
-
-        def translate(exc: BaseException) -> UsageError:
-            return self.fail(f"mxnet rejected inputs of shapes {described}: {one_line(exc)}")
-
-        return translate
+        return super().signature(arrays, slots, dtype, values_known=values_known)
 
 
 def one_line(exc: BaseException) -> str:

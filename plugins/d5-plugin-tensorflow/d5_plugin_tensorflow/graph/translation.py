@@ -25,8 +25,7 @@ import numpy as np
 import onnx
 
 from d5_plugin_tensorflow.graph.layout import from_channels_last, to_channels_last
-from d5core.api import UsageError
-from d5core.onnx import node_attributes
+from d5core.onnx import node_attributes, node_errors
 
 __all__ = ["ChannelsLast", "Fn", "NodeBuilder", "NodeFn", "ints", "rank_of"]
 
@@ -137,16 +136,8 @@ class NodeBuilder:
         method: Callable[[onnx.NodeProto, dict[str, Any]], NodeFn] = getattr(
             self, "op_" + node.op_type
         )
-        try:
+        with node_errors(node):
             return method(node, node_attributes(node))
-        except UsageError as exc:
-            if str(exc).startswith("node "):
-                raise
-            raise UsageError(f"node {node.name!r} ({node.op_type}): {exc}") from None
-        except (KeyError, TypeError, ValueError) as exc:
-            raise UsageError(
-                f"node {node.name!r} ({node.op_type}): bad attributes ({exc})"
-            ) from None
 
     # -- helpers -------------------------------------------------------------------
 

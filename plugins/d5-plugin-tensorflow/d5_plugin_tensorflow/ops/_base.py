@@ -24,12 +24,7 @@ import numpy as np
 
 from d5_plugin_tensorflow._tf import tensorflow
 from d5core.api import UsageError
-from d5core.onnx import (
-    BackendOperator,
-    InputSlot,
-    check_float_dtypes,
-    match_input_slots,
-)
+from d5core.onnx import BackendOperator, InputSlot
 from d5core.onnx import Signature as PlanSignature
 
 __all__ = [
@@ -179,6 +174,8 @@ class TFOperator(BackendOperator):
     layouts from :meth:`build`.
     """
 
+    signature_class = Signature
+
     def __init__(self, attributes: Mapping[str, Any] | None = None, *, xla: bool = False) -> None:
         super().__init__(attributes)
         #: Whether every graph is compiled by XLA (``jit_compile=True``).
@@ -235,20 +232,13 @@ class TFOperator(BackendOperator):
         prepared = self._bind_forward(inputs)
         return prepared.to_numpy(prepared())
 
-    def backward(
-        self,
-        grad_outputs: Sequence[np.ndarray | None],
-        inputs: Sequence[np.ndarray],
-        outputs: Sequence[np.ndarray] | None = None,
-    ) -> list[np.ndarray | None]:
-        """Gradients of the inputs by ``tf.GradientTape``; ``None`` for
-        non-differentiable ones. ``outputs`` is not needed: the graph recomputes what
-        the gradient needs from ``inputs``."""
+    def gradients(
+        self, grad_outputs: Sequence[np.ndarray | None], inputs: Sequence[np.ndarray]
+    ) -> tuple[tuple[int, ...], list[np.ndarray]]:
+        """The gradients of the differentiable inputs by ``tf.GradientTape``, with their
+        positions; the graph recomputes what the gradient needs from ``inputs``."""
         prepared = self._bind_backward(grad_outputs, inputs)
-        result: list[np.ndarray | None] = [None] * len(inputs)
-        for pos, grad in zip(prepared.positions, prepared.to_numpy(prepared()), strict=True):
-            result[pos] = grad
-        return result
+        return prepared.positions, prepared.to_numpy(prepared())
 
     def prepare_forward(self, inputs: Sequence[np.ndarray]) -> Prepared:
         """Convert ``inputs`` to tensors once (in the kernel's layout), trace the graph
@@ -315,10 +305,7 @@ class TFOperator(BackendOperator):
         )
         self.timed_notes = plan.notes
         out_specs = forward.function.structured_outputs
-        if len(grad_outputs) > len(out_specs):
-            raise self.fail(
-                f"{len(grad_outputs)} output gradients given for {len(out_specs)} outputs"
-            )
+        self.check_output_gradients(len(grad_outputs), len(out_specs))
         seeded: list[int] = []
         seeds: list[Any] = []
         for i, (spec, given) in enumerate(zip(out_specs, grad_outputs, strict=False)):
@@ -404,15 +391,7 @@ class TFOperator(BackendOperator):
         return positions, tuple(args)
 
     def _signature(self, arrays: Sequence[Any], *, values_known: bool) -> Signature:
-        slots = match_input_slots(self.op_type, self.slots, len(arrays))
-        dtype = check_float_dtypes(self.op_type, slots, arrays, FLOAT_DTYPES, self.backend)
-        sig = Signature(
-            arrays=tuple(arrays),
-            slots=slots,
-            dtype=dtype if dtype is not None else "float32",
-            values_known=values_known,
-        )
-        self.check(sig)
+        sig: Signature = super()._signature(arrays, values_known=values_known)
         self.timed_layout = self.layout_of(sig)
         return sig
 

@@ -20,12 +20,7 @@ import numpy as np
 import torch
 
 from d5core.api import UsageError
-from d5core.onnx import (
-    BackendOperator,
-    InputSlot,
-    check_float_dtypes,
-    match_input_slots,
-)
+from d5core.onnx import BackendOperator, InputSlot
 from d5core.onnx import Signature as PlanSignature
 
 __all__ = [
@@ -136,6 +131,9 @@ class TorchOperator(BackendOperator):
     computation from :meth:`build`.
     """
 
+    float_dtypes = FLOAT_DTYPES
+    backend = "torch"
+
     def __init__(
         self, attributes: Mapping[str, Any] | None = None, *, device: str | torch.device = "cpu"
     ) -> None:
@@ -175,22 +173,13 @@ class TorchOperator(BackendOperator):
         outputs = self.prepare_forward(inputs)()
         return [_to_numpy(t) for t in outputs]
 
-    def backward(
-        self,
-        grad_outputs: Sequence[np.ndarray | None],
-        inputs: Sequence[np.ndarray],
-        outputs: Sequence[np.ndarray] | None = None,
-    ) -> list[np.ndarray | None]:
-        """Gradients of the inputs through autograd; ``None`` for non-differentiable ones.
-
-        ``outputs`` is not needed: the graph is rebuilt from ``inputs``.
-        """
+    def gradients(
+        self, grad_outputs: Sequence[np.ndarray | None], inputs: Sequence[np.ndarray]
+    ) -> tuple[tuple[int, ...], list[np.ndarray]]:
+        """The gradients of the differentiable inputs through autograd (the graph is
+        rebuilt from ``inputs``), with their positions."""
         run, positions = self._prepare_backward(grad_outputs, inputs)
-        grads = run()
-        result: list[np.ndarray | None] = [None] * len(inputs)
-        for pos, grad in zip(positions, grads, strict=True):
-            result[pos] = _to_numpy(grad)
-        return result
+        return positions, [_to_numpy(grad) for grad in run()]
 
     def prepare_forward(self, inputs: Sequence[np.ndarray]) -> Callable[[], Any]:
         """Convert ``inputs`` to tensors on the device once; return the timed callable.
@@ -201,7 +190,7 @@ class TorchOperator(BackendOperator):
         entering it on every call (about 1 µs, as long as a small ``Relu`` itself).
         """
         bound = self._bind(inputs, for_grad=False)
-        kernel, args, translate = bound.kernel, bound.args, self._translator(bound.shapes)
+        kernel, args, translate = bound.kernel, bound.args, self.rejection(bound.shapes, _one_line)
         assert not any(t is not None and t.requires_grad for t in args)
         if self.torch_device.type == "cuda":
             sync, device = torch.cuda.synchronize, self.torch_device
@@ -239,16 +228,13 @@ class TorchOperator(BackendOperator):
         self, grad_outputs: Sequence[np.ndarray | None], inputs: Sequence[np.ndarray]
     ) -> tuple[Callable[[], tuple[torch.Tensor, ...]], tuple[int, ...]]:
         bound = self._bind(inputs, for_grad=True)
-        translate = self._translator(bound.shapes)
+        translate = self.rejection(bound.shapes, _one_line)
         try:
             with torch.enable_grad():
                 outputs = bound.kernel(*bound.args)
         except _TORCH_ERRORS as exc:
             raise translate(exc) from exc
-        if len(grad_outputs) > len(outputs):
-            raise self.fail(
-                f"{len(grad_outputs)} output gradients given for {len(outputs)} outputs"
-            )
+        self.check_output_gradients(len(grad_outputs), len(outputs))
         roots: list[torch.Tensor] = []
         seeds: list[torch.Tensor] = []
         for i, (out, given) in enumerate(zip(outputs, grad_outputs, strict=False)):
@@ -286,7 +272,7 @@ class TorchOperator(BackendOperator):
 
     def _bind(self, inputs: Sequence[np.ndarray | None], *, for_grad: bool) -> _Bound:
         arrays = [None if a is None else np.asarray(a) for a in inputs]
-        sig = self._signature(arrays, values_known=True)
+        sig: Signature = self._signature(arrays, values_known=True)
         kernel = self.build(sig, for_grad=for_grad)
         args: list[torch.Tensor | None] = []
         grad_inputs: list[int] = []
@@ -320,28 +306,22 @@ class TorchOperator(BackendOperator):
         """A copy of ``array`` on the operator's device (never sharing numpy's memory)."""
         return torch.tensor(np.asarray(array), dtype=dtype, device=self.torch_device)
 
-    def _signature(self, arrays: Sequence[Any], *, values_known: bool) -> Signature:
-        slots = match_input_slots(self.op_type, self.slots, len(arrays))
-        dtype = check_float_dtypes(self.op_type, slots, arrays, FLOAT_DTYPES, "torch")
-        sig = Signature(
-            arrays=tuple(arrays),
+    def signature(
+        self,
+        arrays: tuple[Any, ...],
+        slots: tuple[InputSlot, ...],
+        dtype: str | None,
+        *,
+        values_known: bool,
+    ) -> Signature:
+        """The signature with torch's float type and the operator's device."""
+        return Signature(
+            arrays=arrays,
             slots=slots,
             dtype=FLOAT_DTYPES[dtype] if dtype is not None else torch.float32,
             device=self.torch_device,
             values_known=values_known,
         )
-        self.check(sig)
-        return sig
-
-    def _translator(
-        self, shapes: Sequence[tuple[int, ...] | None]
-    ) -> Callable[[BaseException], UsageError]:
-        described = ", ".join(_fmt(s) for s in shapes)
-
-        def translate(exc: BaseException) -> UsageError:
-            return self.fail(f"torch rejected inputs of shapes {described}: {_one_line(exc)}")
-
-        return translate
 
 
 def _to_numpy(tensor: torch.Tensor) -> np.ndarray:
