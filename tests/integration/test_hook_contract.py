@@ -182,6 +182,7 @@ def test_every_hook_fires_in_a_demo_like_flow(tmp_path, monkeypatch) -> None:
        "-o", str(tmp_path / "report.html"))  # the figure hook  # fmt: skip
     # the custom-operator glue hook: asked for every framework's glue, even when the one
     # named has none (nothing is compiled)
+    d5("results", "table", "--last", "1", "--kind", "op", "--db", str(db))  # the tables
     d5("op", "build", str(CUSTOM_OP), "--frameworks", "spy-framework")
     assert d5("spy-hello") == "hello from the spy\n"
     if _mpi_ready():  # a rank killed without an exit status is what the parent diagnoses

@@ -14,8 +14,8 @@ from d5core.cli.output import read_json
 CLASHING = Path(__file__).resolve().parents[1] / "fixtures" / "conflicting" / "d5-plugin-clashing"
 ONLY = {"D5_LOAD_PLUGINS": "clashing,numpy"}
 CLASH = (
-    "d5_model_zoo: 'mlp' is offered by both 'd5core:builtins' and 'd5-plugin-clashing:clashing'; "
-    "keeping the one from 'd5core:builtins'"
+    "d5_model_zoo: 'mlp' is offered by both 'd5core:builtins.lv1' and "
+    "'d5-plugin-clashing:clashing'; keeping the one from 'd5core:builtins.lv1'"
 )
 FAILURE = (
     "plugin 'd5-plugin-clashing:clashing' failed in d5_graph_passes (RuntimeError: the pass "
@@ -40,7 +40,7 @@ def test_check_reports_the_clash_and_the_failure_and_exits_1(clashing_site, run_
     assert f"clash: {CLASH}" in result.stdout
     assert f"failed: {FAILURE}" in result.stdout
     assert result.stderr == (
-        "d5: error: plugin check failed for: clashing (failed); d5_model_zoo (d5core:builtins "
+        "d5: error: plugin check failed for: clashing (failed); d5_model_zoo (d5core:builtins.lv1 "
         "and d5-plugin-clashing:clashing clash)\n"
     )
 
@@ -48,7 +48,7 @@ def test_check_reports_the_clash_and_the_failure_and_exits_1(clashing_site, run_
 def test_check_json_lists_the_problems_on_each_plugin_involved(clashing_site, run_d5) -> None:
     result = run_d5("list-plugins", "--check", "--json", path=[clashing_site], env=ONLY)
     rows = {(r["group"], r["name"]): r for r in read_json(result.stdout)}
-    clashing, builtins = rows[("d5.hooks", "clashing")], rows[("d5.hooks", "builtins")]
+    clashing, builtins = rows[("d5.hooks", "clashing")], rows[("d5.hooks", "builtins.lv1")]
     assert clashing["status"] == "failed" and clashing["error"] == FAILURE
     assert clashing["problems"] == [CLASH, FAILURE]
     assert builtins["status"] == "ok" and builtins["problems"] == [CLASH]
