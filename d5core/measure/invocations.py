@@ -110,15 +110,16 @@ def job_kinds() -> dict[str, str]:
     return {str(k): str(v) for k, v in get_plugin_manager().merged("d5_worker_jobs").items()}
 
 
-def job_target(kind: str) -> str:
+def job_target(kind: str, kinds: Mapping[str, str] | None = None) -> str:
     """The ``"module:function"`` builder of ``kind``.
 
+    :param kinds: the registered kinds, when already read (:func:`job_kinds`).
     :raises UsageError: for a kind that is neither registered nor a ``module:function``.
     """
     module, sep, function = kind.partition(":")
     if sep and module and function.isidentifier():
         return kind
-    kinds = job_kinds()
+    kinds = job_kinds() if kinds is None else kinds
     if kind in kinds:
         return kinds[kind]
     known = ", ".join(sorted(kinds))
@@ -331,7 +332,11 @@ def _exit_description(code: int) -> str:
 
 
 def _payload(
-    jobs: Sequence[Job], order: Sequence[int], options: MeasureOptions, cpus: list[int] | None
+    jobs: Sequence[Job],
+    targets: Sequence[str],
+    order: Sequence[int],
+    options: MeasureOptions,
+    cpus: list[int] | None,
 ) -> str:
     return json.dumps(
         {
@@ -339,7 +344,7 @@ def _payload(
             "jobs": [
                 {
                     "index": i,
-                    "target": job_target(jobs[i].kind),
+                    "target": targets[i],
                     "args": dict(jobs[i].args),
                     "name": jobs[i].label,
                 }
@@ -415,6 +420,7 @@ def _communicate(
 def _run_round(
     index: int,
     jobs: Sequence[Job],
+    targets: Sequence[str],
     order: list[int],
     options: MeasureOptions,
     cpus: list[int] | None,
@@ -423,7 +429,8 @@ def _run_round(
 ) -> RoundRecord:
     """Start one worker for ``order`` and turn what it reports into a :class:`RoundRecord`."""
     start = time.perf_counter()
-    pid, stdout, stderr, failed = _communicate(_payload(jobs, order, options, cpus), env, timeout_s)
+    payload = _payload(jobs, targets, order, options, cpus)
+    pid, stdout, stderr, failed = _communicate(payload, env, timeout_s)
     record = RoundRecord(
         index=index, pid=pid, order=list(order), cpus=None, elapsed_s=time.perf_counter() - start
     )
@@ -461,11 +468,14 @@ def _blame(record: RoundRecord, pending: list[int], how: str, stderr: str, start
 # -- the rounds ----------------------------------------------------------------------------
 
 
-def _check_jobs(jobs: Sequence[Job]) -> None:
+def _check_jobs(jobs: Sequence[Job]) -> list[str]:
+    """Each job's builder, read once for the whole run; bad jobs are usage errors."""
     if not jobs:
         raise UsageError("nothing to measure: no job was given")
+    kinds = job_kinds()
+    targets = []
     for job in jobs:
-        job_target(job.kind)
+        targets.append(job_target(job.kind, kinds))
         try:
             json.dumps(dict(job.args))
         except (TypeError, ValueError) as exc:
@@ -473,6 +483,7 @@ def _check_jobs(jobs: Sequence[Job]) -> None:
                 f"the arguments of job {job.label!r} must be JSON numbers, strings, lists or "
                 f"dicts: {exc}"
             ) from exc
+    return targets
 
 
 def _all_within(results: Sequence[JobResult], rel_ci: float) -> bool:
@@ -516,7 +527,7 @@ def run_invocations(
     :raises UsageError: for no job, an unknown kind, arguments that are not JSON,
         fewer than one process, or CPUs that cannot be used.
     """
-    _check_jobs(jobs)
+    targets = _check_jobs(jobs)
     if processes < 1:
         raise UsageError(f"--processes must be at least 1, got {processes}")
     if not rel_ci >= 0:
@@ -543,7 +554,7 @@ def run_invocations(
                 stopped_by = "time_budget"
                 break
         order = rng.sample(live, len(live))
-        record = _run_round(index, jobs, order, opts, pinned, timeout_s, extra_env)
+        record = _run_round(index, jobs, targets, order, opts, pinned, timeout_s, extra_env)
         rounds.append(record)
         for run in record.runs:
             results[run.job].runs.append(run)
