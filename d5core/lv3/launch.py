@@ -30,7 +30,6 @@ by the tests of the watchdog; never set it otherwise).
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import os
 import shutil
@@ -52,6 +51,7 @@ import psutil
 from d5core.errors import EXIT_FAILED, D5Error, UsageError
 from d5core.levels.distributed import DistributedOptimizer, RankLauncher
 from d5core.lv3.single_process import SingleProcessCommunicator
+from d5core.worker_protocol import die_with_parent
 
 __all__ = [
     "COMMUNICATOR_ENV",
@@ -126,8 +126,6 @@ _EXIT_GRACE_S = 2.0
 _PARENT_POLL_S = 0.5
 #: Name prefix of the parent's watch directories (in the temporary directory).
 _DIR_PREFIX = "d5-ranks-"
-#: ``prctl`` option: the signal a child gets when the thread that forked it ends.
-_PR_SET_PDEATHSIG = 1
 
 
 class RankFailed(D5Error):
@@ -587,33 +585,10 @@ def _process_start(pid: int) -> float | None:
         return None
 
 
-def _death_signal_setter() -> Callable[[int], Any] | None:
-    """``prctl(PR_SET_PDEATHSIG, sig)`` resolved now (before any fork), or ``None`` where
-    it does not exist (not Linux)."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    return lambda sig: prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0)
-
-
 def _die_with_parent() -> Callable[[], None] | None:
-    """A ``preexec_fn`` that makes the child (the launcher) get SIGTERM when this thread
-    ends, SIGKILL included; ``None`` where the kernel cannot, or off the main thread
-    (whose end is the process's)."""
-    setter = _death_signal_setter()
-    if setter is None or threading.current_thread() is not threading.main_thread():
-        return None
-    parent = os.getpid()
-
-    def setup() -> None:
-        setter(signal.SIGTERM)
-        if os.getppid() != parent:  # the parent died before the death signal was set
-            os._exit(EXIT_FAILED)
-
-    return setup
+    """The launcher gets SIGTERM when this process ends, SIGKILL included (see
+    :func:`d5core.worker_protocol.die_with_parent`)."""
+    return die_with_parent(signal.SIGTERM)
 
 
 def _pump(
