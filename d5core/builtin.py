@@ -85,9 +85,6 @@ class _Kernel:
                 "List installed plugins and their status (metadata only).",
             ),
             LazyCommand(
-                "results", "d5core.cli.results_cmd:results", "Browse and compare stored results."
-            ),
-            LazyCommand(
                 "calibrate",
                 "d5core.cli.calibrate_cmd:calibrate",
                 "Measure this machine's noise floor and store it.",

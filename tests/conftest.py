@@ -28,3 +28,14 @@ def _results_outside_the_users_store(
         session_dir = tmp_path_factory.getbasetemp() / "d5-default-store"
         session_dir.mkdir(exist_ok=True)
         monkeypatch.setenv("D5_DB", str(session_dir / "results.sqlite"))
+
+
+@pytest.fixture(autouse=True)
+def _a_quiet_machine(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The runs a test stores record a quiet machine's load, however busy the machine
+    running the tests is: tables, comparisons and reports mark runs measured on a busy
+    machine (issue 28), and what a test sees must not depend on the load. A test that
+    simulates load patches ``os.getloadavg`` itself, after this."""
+    import os
+
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0), raising=False)

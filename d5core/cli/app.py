@@ -8,6 +8,7 @@ or ``on``) shows the traceback instead.
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 import warnings
@@ -18,7 +19,7 @@ import click
 
 from d5core._version import PLUGIN_API_VERSION, __version__
 from d5core.cli.lazy import LazyCommand, LazyGroup, merge_commands
-from d5core.errors import D5Error
+from d5core.errors import EXIT_USAGE, D5Error
 
 __all__ = ["DEBUG_VAR", "EXIT_INTERNAL", "EXIT_INTERRUPTED", "D5Group", "cli", "main"]
 
@@ -105,6 +106,42 @@ def _warn_plugin_selection() -> None:
 
     for line in selection_warnings(os.environ, discover().records):
         _warn(line)
+
+
+#: Errors of writing that the machine causes, not d5: a full disk or quota, a file too
+#: large, a read-only filesystem, a failing device.
+_WRITE_ERRNOS = frozenset(
+    getattr(errno, name)
+    for name in ("ENOSPC", "EDQUOT", "EFBIG", "EROFS", "EIO")
+    if hasattr(errno, name)
+)
+
+
+def _write_failed(exc: OSError) -> int:
+    """A write the machine refused, as one line naming what was written (exit 2). Output
+    still buffered for standard output is dropped, so that Python's exit does not fail
+    on it again with a second message."""
+    where = f"{exc.filename!r}" if exc.filename else "the output (standard output or a file)"
+    click.echo(
+        f"d5: error: cannot write {where}: {exc.strerror or exc}; free space there, or "
+        f"write somewhere else",
+        err=True,
+    )
+    _drop_stdout()
+    return EXIT_USAGE
+
+
+def _drop_stdout() -> None:
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):
+        return  # not a real file (a test's buffer): nothing is flushed at exit
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, fd)
+        os.close(devnull)
+    except OSError:
+        pass
 
 
 def _interrupted() -> int:
@@ -201,8 +238,18 @@ def run(args: list[str]) -> int:
         return exc.exit_code
     except KeyboardInterrupt:
         return _interrupted()
+    except OSError as exc:
+        if debug:
+            raise
+        return _write_failed(exc) if exc.errno in _WRITE_ERRNOS else _internal_error(exc)
     except Exception as exc:
         if debug:
             raise
         return _internal_error(exc)
+    try:
+        sys.stdout.flush()  # a full disk behind standard output is seen here, not at exit
+    except OSError as exc:
+        if exc.errno in _WRITE_ERRNOS:
+            return _write_failed(exc)
+        raise
     return rv if isinstance(rv, int) else 0

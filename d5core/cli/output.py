@@ -36,6 +36,8 @@ __all__ = [
 #: version goes up when a key of that command's data is removed or renamed or changes
 #: its type or meaning; a new key does not change it.
 SCHEMA_VERSIONS: dict[str, int] = {
+    "audit net": 1,
+    "audit op": 1,
     "bench comm": 1,
     "bench net": 1,
     "bench net scenario": 1,

@@ -11,7 +11,9 @@ logged samples from the seeded sample library (the same seed gives the same inpu
 (``D5_REFERENCE``, else numpy), cuts each logged byte string into the graph's outputs by
 the reference outputs' dtypes and shapes (:func:`decode_sample`), and compares them with
 d5's tolerances (:func:`d5core.validate.compare_outputs`). The verdict names the worst
-sample, output and difference in one line, so a fast but wrong executor is caught.
+sample, output and difference in one line, so a fast but wrong executor is caught. A NaN
+or infinity in a logged output fails its sample, even where the reference gives the same,
+unless the model declares non-finite outputs expected (``allow_nonfinite``).
 """
 
 from __future__ import annotations
@@ -209,6 +211,7 @@ def compare_logged(
     *,
     tolerances: Tolerances | None = None,
     layout: Sequence[np.ndarray] | None = None,
+    allow_nonfinite: bool = False,
 ) -> dict[str, Any]:
     """Compare each logged sample with the expected outputs of its ``qsl_idx``.
 
@@ -217,6 +220,8 @@ def compare_logged(
         dtype and shape of each, in ``names`` order), when it said; the bytes are then
         cut by it, so that an output of another dtype or shape than the reference's
         fails on ``dtype`` or ``shape``. ``None`` cuts them by the reference outputs.
+    :param allow_nonfinite: the model declares non-finite outputs expected: they pass
+        where they equal the reference's exactly (by default any fails its sample).
     :returns: ``passed``, ``checked`` (entries compared), ``failed`` (entries that
         differ), ``worst`` (the entry furthest from passing: ``seq_id``, ``sample``,
         ``output``, ``metric``, ``tol_ratio``, ``max_abs``, ``detail``; ``None`` when
@@ -250,13 +255,21 @@ def compare_logged(
                     "detail": str(exc),
                 }
             else:
-                checks = compare_outputs(actual, reference, tolerances=tolerances, names=names)
+                checks = compare_outputs(
+                    actual,
+                    reference,
+                    tolerances=tolerances,
+                    names=names,
+                    allow_nonfinite=allow_nonfinite,
+                )
                 check = max(checks, key=_ratio)
+                max_abs = check.metrics.get("max_abs")
                 record = {
                     "output": check.name or str(check.index),
                     "metric": check.failed_metric or "tol_ratio",
                     "tol_ratio": _ratio(check),
-                    "max_abs": check.metrics.get("max_abs"),
+                    # a NaN error is unknown, not 0: JSON gets null
+                    "max_abs": max_abs if max_abs is not None and math.isfinite(max_abs) else None,
                     "detail": check.detail,
                 }
                 if all(c.passed for c in checks):
@@ -337,6 +350,7 @@ def check_accuracy(
     reference: str | None = None,
     rtol: float | None = None,
     atol: float | None = None,
+    allow_nonfinite: bool = False,
 ) -> dict[str, Any]:
     """Check the outputs ``result`` (an accuracy-mode run) logged against the reference.
 
@@ -345,13 +359,16 @@ def check_accuracy(
         (:func:`~d5core.plugins.reference.reference_name`).
     :param rtol: relative tolerance for every floating dtype (default: d5's per dtype).
     :param atol: (scaled) absolute tolerance, likewise.
+    :param allow_nonfinite: the model declares non-finite outputs expected (see
+        :func:`compare_logged`); the message then says so.
     :returns: :func:`compare_logged`'s dict plus ``executor``, ``reference``, ``log``
-        and ``message``, one line naming the verdict, the worst sample and difference.
+        and ``message``, one line naming the verdict, the worst sample and difference,
+        and ``nonfinite_allowed`` when non-finite outputs were declared expected.
     :raises UsageError: for a result that is not from accuracy mode, an unreadable log, a
         reference that is not installed, or a bad tolerance.
     """
     from d5core.loadgen.sut import sample_library
-    from d5core.lv1.runner import executor_by_name, load_model
+    from d5core.lv1.runner import declares_nonfinite, executor_by_name, load_model
     from d5core.plugins.reference import reference_name
 
     if result.mode != "accuracy":
@@ -364,6 +381,7 @@ def check_accuracy(
     path = _log_path(result)
     logged = read_accuracy_log(path)
     network = load_model(str(model))
+    allow_nonfinite = allow_nonfinite or declares_nonfinite(network)
     library = sample_library(network, result.settings)
     wanted = sorted({e.qsl_idx for e in logged if e.qsl_idx < len(library)})
     ref_executor = executor_by_name(against, network)
@@ -371,8 +389,13 @@ def check_accuracy(
     expected = dict(zip(wanted, outputs, strict=True))
     names = [o.name for o in network.outputs]
     layout = _layout((result.accuracy or {}).get("outputs"), names)
-    verdict = compare_logged(logged, expected, names, tolerances=tolerances, layout=layout)
+    verdict = compare_logged(
+        logged, expected, names, tolerances=tolerances, layout=layout,
+        allow_nonfinite=allow_nonfinite,
+    )  # fmt: skip
     verdict.update(executor=result.executor, reference=against, log=str(path))
+    if allow_nonfinite:
+        verdict["nonfinite_allowed"] = True
     verdict["message"] = _message(result.executor, against, verdict)
     return verdict
 
@@ -386,10 +409,15 @@ def _message(executor: str, against: str, verdict: Mapping[str, Any]) -> str:
     where = f"sample {worst['sample']}{output}"
     if verdict["passed"]:
         ratio = worst["tol_ratio"] or 0.0
-        max_abs = worst["max_abs"] or 0.0
+        max_abs = "n/a" if worst["max_abs"] is None else f"{worst['max_abs']:.3g}"
+        allowed = (
+            "; non-finite outputs were declared expected (allowed where they equal the reference's)"
+            if verdict.get("nonfinite_allowed")
+            else ""
+        )
         return (
             f"accuracy of {executor}: passed, {checked} samples match {against} (worst: "
-            f"{where}, tol_ratio {ratio:.3g}, max_abs {max_abs:.3g})"
+            f"{where}, tol_ratio {ratio:.3g}, max_abs {max_abs}){allowed}"
         )
     return (
         f"accuracy of {executor}: FAILED, {failed} of {checked} samples differ from "

@@ -72,6 +72,7 @@ TIMING_OPTIONS: dict[str, str] = {
     "time_budget": "--time-budget",
     "rel_ci": "--rel-ci",
     "warmup": "--warmup",
+    "timeout": "--timeout",
 }
 
 
@@ -81,7 +82,11 @@ def check_no_scenario_options(values: Mapping[str, Any]) -> None:
     :param values: the command's parameters by name (``None`` or ``False``: not given).
     :raises UsageError: naming the first such option.
     """
-    given = [flag for name, flag in SCENARIO_FLAGS.items() if values.get(name) not in (None, False)]
+    given = [  # by identity: a 0 was given, though 0 == False
+        flag
+        for name, flag in SCENARIO_FLAGS.items()
+        if values.get(name) is not None and values.get(name) is not False
+    ]
     if given:
         raise UsageError(
             f"{given[0]} is a setting of a LoadGen scenario; add --scenario "
@@ -337,7 +342,17 @@ def scenario_command(
         model, executors, settings, batch=batch,
         find_peak=bool(options.get("find_peak")), accuracy=bool(options.get("accuracy")),
     )  # fmt: skip
+    _check_fits(model, settings, batch)
     run_command(request, db=db, tags=tags, as_json=as_json)
+
+
+def _check_fits(model: str, settings: Any, batch: int | None) -> None:
+    """The model's inputs can be sampled and batched, and the run fits in memory
+    (:func:`~d5core.loadgen.loadgen.check_fits`), before anything is stored."""
+    from d5core.loadgen.loadgen import check_fits
+    from d5core.lv1.runner import load_model
+
+    check_fits(load_model(model), settings, batch)
 
 
 # -- d5 run on an inference recipe --------------------------------------------------------

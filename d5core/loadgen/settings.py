@@ -30,10 +30,16 @@ __all__ = [
     "DEFAULT_SAMPLE_COUNT",
     "DEFAULT_SERVER_LATENCY_MS",
     "DEFAULT_SERVER_MIN_QUERY_COUNT",
+    "LOADGEN_BYTES_PER_SAMPLE",
+    "MAX_DURATION_S",
+    "MAX_SAMPLES_ISSUED",
+    "MAX_THREADS",
     "MODES",
     "SCENARIOS",
     "ScenarioSettings",
+    "available_memory",
     "default_threads",
+    "format_bytes",
     "thread_environment",
 ]
 
@@ -57,6 +63,34 @@ DEFAULT_SAMPLE_COUNT = 128
 #: The server scenario's latency bound (its 99th percentile) when none is given:
 #: LoadGen's own default.
 DEFAULT_SERVER_LATENCY_MS = 100.0
+#: The longest ``--min-duration`` (and ``--latency-bound``): a day. MLPerf's own runs
+#: last ten minutes; LoadGen counts in nanoseconds, and 1e300 s overflowed it (exit 3).
+MAX_DURATION_S = 86_400.0
+#: The most samples one run may issue: more is not a benchmark but a hang.
+MAX_SAMPLES_ISSUED = 10**9
+#: What LoadGen and d5 keep per sample issued, in bytes, on the high side: LoadGen's
+#: query and sample metadata (it lays out every query before the first is issued), the
+#: response's entry in its logs, and the latency d5 reads back from the trace. A server
+#: run at ``--target-qps 1e12`` grew its worker to 9.8 GB before issuing anything.
+LOADGEN_BYTES_PER_SAMPLE = 512
+#: The most threads a system under test may be given.
+MAX_THREADS = 4096
+_MAX_SEED = 2**64 - 1  # LoadGen's seeds are 64-bit unsigned
+
+
+def available_memory() -> int:
+    """Bytes of memory this machine has available now (psutil's estimate)."""
+    import psutil
+
+    return int(psutil.virtual_memory().available)
+
+
+def format_bytes(nbytes: float) -> str:
+    """``9.8 GB``: a byte count in decimal units."""
+    for unit, scale in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.3g} {unit}"
+    return f"{nbytes:.0f} B"
 
 
 def _positive(value: float | None, option: str, what: str) -> None:
@@ -66,6 +100,11 @@ def _positive(value: float | None, option: str, what: str) -> None:
         raise UsageError(f"{option} must be a finite number ({what}), got {value!r}")
     if value <= 0:
         raise UsageError(f"{option} must be positive ({what}), got {value:g}")
+
+
+def _at_most(value: float | None, most: float, option: str, what: str) -> None:
+    if value is not None and value > most:
+        raise UsageError(f"{option} {value:g} is more than d5 runs ({what}: at most {most:g})")
 
 
 def _count(value: int | None, option: str, what: str, *, low: int = 1) -> None:
@@ -137,6 +176,7 @@ class ScenarioSettings:
         _count(self.seed, "--seed", "LoadGen's and the inputs' seed", low=0)
         _count(self.threads, "--threads", "threads of the system under test")
         _count(self.performance_sample_count, "performance_sample_count", "samples in the library")
+        self._check_fits()
         for name, scenarios in (
             ("target_qps", ("server",)),
             ("samples_per_query", ("multi-stream",)),
@@ -154,6 +194,47 @@ class ScenarioSettings:
                 "constraint); leave it out"
             )
         return self
+
+    def _check_fits(self) -> None:
+        """Refuse a run whose length, query count or LoadGen's memory cannot fit."""
+        _at_most(self.min_duration_s, MAX_DURATION_S, "--min-duration", "seconds of load")
+        if self.latency_bound_ms is not None:
+            _at_most(self.latency_bound_ms, MAX_DURATION_S * 1e3, "--latency-bound", "ms")
+        _at_most(self.threads, MAX_THREADS, "--threads", "threads of the system under test")
+        _at_most(self.seed, _MAX_SEED, "--seed", "LoadGen's seeds are 64-bit")
+        samples, how = self.issued_estimate()
+        if samples > MAX_SAMPLES_ISSUED:
+            raise UsageError(
+                f"{how} ask for {samples:.3g} samples, more than d5 issues in one run "
+                f"({MAX_SAMPLES_ISSUED:.0e}); lower them"
+            )
+        need = samples * LOADGEN_BYTES_PER_SAMPLE
+        free = available_memory()
+        if need > free:
+            raise UsageError(
+                f"{how} ask for {samples:.3g} samples, for which LoadGen would need about "
+                f"{format_bytes(need)} ({LOADGEN_BYTES_PER_SAMPLE} B "
+                f"each) where {format_bytes(free)} is available; lower them"
+            )
+
+    def issued_estimate(self) -> tuple[float, str]:
+        """The samples LoadGen issues at least, as far as the settings alone tell, and the
+        settings that tell it (for a message): the minimum query count (times the samples
+        per query in multi-stream), or the server's target QPS or offline's expected QPS
+        times the minimum duration. A rate derived from the warm-up is not known here."""
+        queries = float(self.min_query_count)
+        how = f"--min-query-count {self.min_query_count}"
+        rate = self.target_qps if self.scenario == "server" else None
+        if self.scenario == "offline":
+            rate = self.expected_qps
+        if rate is not None and rate * self.min_duration_s > queries:
+            flag = "--target-qps" if self.scenario == "server" else "--expected-qps"
+            queries = rate * self.min_duration_s
+            how = f"{flag} {rate:g} for --min-duration {self.min_duration_s:g} s"
+        if self.scenario == "multi-stream":
+            how += f" of --samples-per-query {self.query_size}"
+            return queries * self.query_size, how
+        return queries, how
 
     @property
     def sample_count(self) -> int:

@@ -44,6 +44,7 @@ from d5core.errors import EXIT_FAILED, D5Error, UsageError, one_line
 if TYPE_CHECKING:
     from d5core.levels.networks import GraphExecutor
     from d5core.loadgen.settings import ScenarioSettings
+    from d5core.lv0.timed_accuracy import TimedAccuracy
     from d5core.onnx.network import Network
 
 __all__ = [
@@ -243,6 +244,15 @@ class InferenceSUT:
             self._prepared = [
                 executor.prepare_inference(self._feeds([i])) for i in range(len(self.samples))
             ]
+        #: Accuracy while timed: the numbers of the prepared calls whose return value is
+        #: kept (drawn at random among the first 16 of the test), and what they
+        #: returned, by sample index; see :meth:`timed_accuracy`.
+        self._keep_at: frozenset[int] = frozenset()
+        self._kept: list[tuple[int, object]] = []
+        if self._prepared:
+            import random
+
+            self._keep_at = frozenset(random.SystemRandom().sample(range(1, 17), 3))
 
     # -- feeds and calls ---------------------------------------------------------------
 
@@ -266,9 +276,11 @@ class InferenceSUT:
         bytes (else ``None``)."""
         self.stats.calls += 1
         if self._prepared and len(indices) == 1:
-            self._prepared[indices[0]]()
+            result = self._prepared[indices[0]]()
             if self._sync is not None:
                 self._sync()
+            if self.stats.calls in self._keep_at:  # a reference, nothing copied
+                self._kept.append((indices[0], result))
             return None
         outputs = self.executor.inference(self._feeds(indices))
         if not self.accuracy:
@@ -292,6 +304,24 @@ class InferenceSUT:
                 for name, v in zip(self.output_names, arrays, strict=True)
             ]
         return [b"".join(v[i].tobytes() for v in arrays) for i in range(n)]
+
+    def timed_accuracy(self) -> TimedAccuracy:
+        """Accuracy while timed: whether the prepared calls kept during the test returned
+        what the untimed :meth:`GraphExecutor.inference` gives for the same sample
+        (:func:`d5core.lv0.timed_accuracy.check_sampled`); call after the test."""
+        from d5core.lv0.timed_accuracy import TimedAccuracy, check_sampled
+
+        if not self._kept:
+            return TimedAccuracy("unchecked", detail="no prepared call was sampled")
+        names = self.output_names
+        for k, (index, result) in enumerate(self._kept):
+            expected = self.executor.inference(self._feeds([index]))
+            found = check_sampled([result], [expected[n] for n in names], names=names)
+            if found.status != "pass":
+                return found
+            found.checked = k + 1
+        self._kept.clear()
+        return found
 
     def warm_up(self, budget_s: float = 0.5, *, max_calls: int = 200) -> dict[str, float]:
         """Run calls until ``budget_s`` is spent (after one untimed call of each kind):
@@ -325,6 +355,7 @@ class InferenceSUT:
         for key in ("latency_s", "rate", "best_latency_s", "best_rate"):
             result.setdefault(f"batch_{key}", result[f"single_{key}"])
         self.stats.calls = 0
+        self._kept.clear()  # calls of the warm-up are not the test's
         return result
 
     # -- LoadGen's callbacks -------------------------------------------------------------

@@ -74,7 +74,13 @@ def _run(request: dict[str, Any], out: IO[str]) -> dict[str, Any]:
         start_test(sut, qsl, test_settings(resolved, warm), Path(str(request["log_dir"])))
     finally:
         stats = close()
+    timed = system.timed_accuracy()
+    if timed.failed:
+        from d5core.errors import CheckFailed
+
+        raise CheckFailed(f"accuracy while timed failed: {timed.line()}")
     return {
+        "timed_accuracy": timed.to_json(),
         "event": "done",
         "settings": resolved.to_json(),
         "threads": _threads(executor_name, environment),

@@ -48,6 +48,7 @@ __all__ = [
     "raise_failures",
     "sampling_options",
     "threads_cell",
+    "timeout_option",
 ]
 
 #: Worker processes per (backend, problem) by default: the between-process interval
@@ -68,9 +69,10 @@ def sampling_options(*, time_budget: float) -> Callable[[_F], _F]:
                 click.option("--max-samples", default=1000, show_default=True),
                 click.option(
                     "--time-budget",
+                    type=click.FloatRange(min=0, max=86_400),
                     default=time_budget,
                     show_default=True,
-                    help="Seconds per measurement, in each process.",
+                    help="Seconds per measurement, in each process (at most a day).",
                 ),
                 click.option(
                     "--rel-ci",
@@ -103,6 +105,20 @@ def process_options(fn: _F) -> _F:
         show_default=True,
         help="Fresh worker processes, each measuring everything once in a random order; "
         "1 leaves the between-run variance unknown.",
+    )(fn)
+
+
+def timeout_option(fn: _F) -> _F:
+    """``--timeout``: the seconds a worker process may spend on one job (recorded)."""
+    return click.option(
+        "--timeout",
+        "timeout",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="Kill a worker process that spends longer on one job (building and timing "
+        "it; counted from the worker's start), and fail that job [default: 300 plus twice "
+        "--time-budget].",
     )(fn)
 
 
@@ -243,6 +259,7 @@ def measure(
     cpus: list[int] | None,
     quiet: bool,
     backends: tuple[str, str],
+    timeout_s: float | None = None,
 ) -> Measured:
     """Run ``jobs`` in fresh worker processes; warn of an unfit machine and of backends
     that ran with different thread counts, and record the rounds, their orders, each
@@ -250,6 +267,7 @@ def measure(
 
     :param backends: the entry-point group of what the jobs measure and the job argument
         naming it, e.g. ``("d5.operators", "backend")``.
+    :param timeout_s: the seconds a worker may spend on one job (``None``: no limit).
     """
     from d5core.lv0.bench_results import thread_counts
     from d5core.measure.fitness import thread_count_warning
@@ -267,6 +285,7 @@ def measure(
         rel_ci=options.rel_ci,
         cpus=cpus,
         on_process=watch.on_process,
+        timeout_s=timeout_s,
     )
     warnings = watch.warnings() + fault_warnings(outcome)
     threads = thread_counts(outcome, *backends)
@@ -286,6 +305,7 @@ def measure(
                 "stopped_by": outcome.stopped_by,
                 "cpus": outcome.cpus,
                 "elapsed_s": outcome.elapsed_s,
+                "timeout_s": timeout_s,
             },
             "fitness": {
                 **watch.to_json(warnings),

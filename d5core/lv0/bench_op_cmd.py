@@ -26,6 +26,7 @@ from d5core.lv0.bench_common import (
     process_options,
     sampling_options,
     threads_cell,
+    timeout_option,
 )
 
 if TYPE_CHECKING:
@@ -63,6 +64,7 @@ __all__ = ["bench_op"]
 )
 @process_options
 @sampling_options(time_budget=0.2)
+@timeout_option
 @json_option
 @db_option
 @tag_option
@@ -83,6 +85,7 @@ def bench_op(
     time_budget: float,
     rel_ci: float,
     warmup: int,
+    timeout: float | None,
     as_json: bool,
     db: Path | None,
     tags: tuple[str, ...],
@@ -113,7 +116,7 @@ def bench_op(
         options=measure_options(min_samples, max_samples, time_budget, rel_ci, warmup),
         processes=processes, cpus=None if cpus is None else parse_cpus(cpus), suite=suite,
         custom=custom, custom_shape=shape, custom_attributes=parse_attributes(attrs),
-        db=db, tags=tags, quiet=as_json,
+        db=db, tags=tags, quiet=as_json, timeout=timeout,
     )  # fmt: skip
     rows, peak, peak_rate, floor = bench.rows, bench.peak, bench.peak_rate, bench.floor
     if as_json:

@@ -78,6 +78,7 @@ def bench_operators(
     tags: Sequence[str] = (),
     quiet: bool = True,
     with_noise_floor: bool = True,
+    timeout: float | None = None,
 ) -> OperatorBench:
     """Benchmark ``problems`` of operator ``op`` on each of ``backends`` in fresh worker
     processes, stored as one run of kind ``op`` in the store at ``db``.
@@ -89,6 +90,8 @@ def bench_operators(
 
     :param with_noise_floor: read (or, the first time on a machine, calibrate) the noise
         floor that rows within noise of each other are marked by; ``False`` skips it.
+    :param timeout: the seconds a worker may spend on one job; a job past it fails with
+        "timed out after N s" (``None``: :func:`~d5core.measure.invocations.default_timeout`).
 
     :raises UsageError: for bad input, one line, before anything is measured.
     :raises CheckFailed: when a job failed in its worker; what was measured is stored.
@@ -96,10 +99,12 @@ def bench_operators(
     from d5core.lv0.runner import check_bench_request
     from d5core.lv0.workloads.roofline import cpu_peak
     from d5core.measure.engine import MeasureOptions
+    from d5core.measure.invocations import check_timeout, default_timeout
     from d5core.results.store import ResultsStore
 
     names = list(backends)
     options = options if options is not None else MeasureOptions()
+    limit = check_timeout(timeout) or default_timeout(options)
     if custom is not None:
         op, names, problems, devices, jobs, keys = _custom_plan(
             custom, names, custom_shape, custom_attributes or {}, directions, dtype, seed,
@@ -126,6 +131,7 @@ def bench_operators(
         "measure": options.to_json(),
         "processes": processes,
         "cpus": cpus,
+        "timeout_s": limit,
     }
     with ResultsStore.open(db) as store:
         floor = noise_floor(store, cpus) if with_noise_floor else None
@@ -140,6 +146,7 @@ def bench_operators(
             measured = measure(
                 jobs, store=store, run_id=run_id, processes=processes, options=options,
                 seed=seed, cpus=cpus, quiet=quiet, backends=("d5.operators", "backend"),
+                timeout_s=limit,
             )  # fmt: skip
             rows, timings = _op_results(measured.outcome, keys, devices, peak_rate, store, run_id)
             if floor is not None:

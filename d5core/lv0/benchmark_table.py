@@ -9,7 +9,9 @@ mode, batch), one cell per backend or executor with the median per call and its 
 CI, the environment it was measured in (:mod:`d5core.results.environments`) and, for
 operators, the newest stored validation of that operator on that backend. Where the
 same cell was measured by several runs, the newest run's value is shown and the others
-are counted.
+are counted. A cell whose run was measured on a busy machine says so (``busy``,
+:func:`d5core.results.load.was_busy`), so that no slow figure of a loaded machine is
+shown bare.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 
 from d5core.errors import UsageError
 from d5core.results.environments import EnvironmentLegend, environment_legend
+from d5core.results.load import peak_load_per_core, was_busy
 from d5core.results.store import ResultsStore, RunRecord
 
 __all__ = ["BENCHMARK_KINDS", "BenchmarkTable", "benchmark_table"]
@@ -45,6 +48,11 @@ class BenchmarkTable:
     #: One dict per row: the row fields, and ``cells``: ``column -> cell``.
     rows: list[dict[str, Any]] = field(default_factory=list)
     legend: EnvironmentLegend = field(default_factory=EnvironmentLegend)
+
+    def busy_runs(self) -> list[str]:
+        """The ids of the runs measured on a busy machine that a cell shows."""
+        found = (c["run_id"] for row in self.rows for c in row["cells"].values() if c["busy"])
+        return list(dict.fromkeys(found))
 
     def to_json(self) -> list[dict[str, Any]]:
         """The rows as plain JSON (``docs/json.md``, ``d5 results table``): each with its
@@ -114,6 +122,8 @@ def benchmark_table(store: ResultsStore, runs: Iterable[RunRecord], kind: str) -
                 "run_id": run.id,
                 "environment": table.legend.tag_of(run.id),
                 "older_runs": 0,
+                "busy": was_busy(run.load_start, run.load_end),
+                "load_per_core": peak_load_per_core(run.load_start, run.load_end),
             }
             if kind == "op":
                 check = validations.get((str(key[0]), str(who), str(key[3])))

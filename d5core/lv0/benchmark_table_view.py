@@ -12,6 +12,7 @@ from rich.table import Table
 from d5core.cli.legend import print_legend
 from d5core.cli.output import console
 from d5core.lv0.benchmark_table import BenchmarkTable
+from d5core.results.load import BUSY_LEGEND, BUSY_MARK
 
 __all__ = ["print_benchmark_table", "results_table"]
 
@@ -41,7 +42,10 @@ def _cell(cell: Mapping[str, Any] | None, fastest: float | None) -> str:
     median = cell.get("median")
     if fastest and median:
         extra.append(f"{median / fastest:.2f}x")
-    lines.append(" · ".join(extra))
+    text = escape(" · ".join(extra))
+    if cell.get("busy"):
+        text += f" · [bold yellow]{BUSY_MARK}[/]"
+    lines.append(text)
     check = _VALIDATED[cell.get("validated")]
     if check:
         lines.append(check)
@@ -50,7 +54,8 @@ def _cell(cell: Mapping[str, Any] | None, fastest: float | None) -> str:
 
 def print_benchmark_table(table: BenchmarkTable) -> None:
     """The rows, one column per backend or executor: median [95% CI] per call, the
-    environment tag, the ratio to the row's fastest, and the stored validation."""
+    environment tag, the ratio to the row's fastest, the busy-machine mark and the stored
+    validation; under the table, what the busy mark means when a cell has it."""
     title = {"op": "operators", "net": "networks"}[table.kind]
     out = Table(
         title=f"{title} side by side (median per call [95% CI]; environment; x the fastest)",
@@ -72,7 +77,19 @@ def print_benchmark_table(table: BenchmarkTable) -> None:
             *(_cell(cells.get(name), fastest) for name in table.columns),
         )
     console().print(out)
+    if table.busy_runs():
+        console().print(BUSY_LEGEND, markup=False, highlight=False)
     print_legend(table.legend)
+
+
+def _busy_warning(table: BenchmarkTable) -> None:
+    """For ``--json``: a warning on standard error naming the busy runs shown."""
+    import click
+
+    busy = table.busy_runs()
+    if busy:
+        click.echo(f"d5: warning: cells marked busy (run {', '.join(busy)}): {BUSY_LEGEND}",
+                   err=True)  # fmt: skip
 
 
 def results_table(kind: str) -> Callable[..., None]:
@@ -86,6 +103,7 @@ def results_table(kind: str) -> Callable[..., None]:
         table = benchmark_table(store, runs, kind)
         if as_json:
             print_json(table.to_json())
+            _busy_warning(table)
             print_legend(table.legend, facts=False)
         else:
             print_benchmark_table(table)

@@ -4,13 +4,27 @@ worker (the ``op`` kind of the ``d5_worker_jobs`` hook), and problems as JSON.""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from d5core.lv0.workloads.problems import InputSpec, Problem
 from d5core.measure.invocations import PreparedJob
 
-__all__ = ["op_job", "operator_details", "problem_from_json", "problem_to_json"]
+if TYPE_CHECKING:
+    from d5core.lv0.timed_accuracy import TimedAccuracy
+    from d5core.measure.audit import OutputSample
+
+__all__ = [
+    "RANDOM_OPERATORS",
+    "op_job",
+    "operator_details",
+    "problem_from_json",
+    "problem_to_json",
+    "timed_check",
+    "untimed_outputs",
+]
 
 
 # -- problems as JSON ------------------------------------------------------------------------
@@ -73,6 +87,7 @@ def op_job(
     """What :func:`~d5core.lv0.bench_run.bench_operators` times for one backend, problem and
     direction: the operator built on the seeded inputs, prepared for ``direction``."""
     from d5core.lv0.runner import backend_by_name, build_operator, prepare
+    from d5core.lv0.timed_accuracy import job_check
     from d5core.measure.engine import synchronizer_of
 
     made = problem_from_json(problem)
@@ -80,8 +95,67 @@ def op_job(
     operator = build_operator(backend_by_name(backend), made, dtype, inputs)
     fn = prepare(operator, direction, inputs, seed)
     return PreparedJob(
-        fn=fn, synchronize=synchronizer_of(operator), details=operator_details(operator)
+        fn=fn,
+        synchronize=synchronizer_of(operator),
+        details=operator_details(operator),
+        check=job_check(timed_check(operator, made.op, direction, inputs, seed, fn)),
     )
+
+
+#: Operators whose outputs are random by definition: two calls differ, so the outputs
+#: of timed calls cannot be compared with an untimed one.
+RANDOM_OPERATORS = frozenset(
+    {
+        "Bernoulli",
+        "Dropout",
+        "Multinomial",
+        "RandomNormal",
+        "RandomNormalLike",
+        "RandomUniform",
+        "RandomUniformLike",
+    }
+)
+
+
+def untimed_outputs(
+    operator: Any, direction: str, inputs: Sequence[np.ndarray], seed: int
+) -> list[np.ndarray]:
+    """What the timed callable of ``direction`` must return, by the operator's untimed
+    path on the same inputs: its forward outputs, or the gradients of its
+    differentiable inputs (in input order) for the output gradients ``prepare`` uses."""
+    from d5core.validate.operators import default_grad_outputs
+
+    arrays = list(inputs)
+    outputs = [np.asarray(o) for o in operator.forward(arrays)]
+    if direction == "forward":
+        return outputs
+    grads = default_grad_outputs(outputs, seed)
+    found = operator.backward(grads, arrays, outputs)
+    return [np.asarray(g) for g in found if g is not None]
+
+
+def timed_check(
+    operator: Any,
+    op: str,
+    direction: str,
+    inputs: Sequence[np.ndarray],
+    seed: int,
+    fn: Callable[[], object],
+) -> Callable[[OutputSample], TimedAccuracy]:
+    """Accuracy while timed for one operator job: the check that the sampled return
+    values of ``fn`` equal :func:`untimed_outputs` (computed after timing)."""
+    from d5core.lv0.timed_accuracy import TimedAccuracy, check_sampled
+
+    to_numpy = getattr(fn, "to_numpy", None)
+
+    def check(sample: OutputSample) -> TimedAccuracy:
+        sampled = sample.outputs
+        if op in RANDOM_OPERATORS or operator.op_type in RANDOM_OPERATORS:
+            return TimedAccuracy("unchecked", detail=f"{op} is random: two calls differ")
+        expected = untimed_outputs(operator, direction, inputs, seed)
+        return check_sampled(sampled, expected, to_numpy=to_numpy if callable(to_numpy) else None)
+
+    return check
 
 
 def operator_details(operator: Any) -> dict[str, Any]:

@@ -20,7 +20,7 @@ def op() -> None:
 
 
 @op.command("build")
-@click.argument("source", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("source", type=click.Path(path_type=Path))
 @click.option(
     "--frameworks",
     default=None,
@@ -29,7 +29,7 @@ def op() -> None:
 @click.option(
     "--cache",
     "cache",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=click.Path(path_type=Path),
     default=None,
     help="Build cache folder (default: $D5_OP_CACHE, else ~/.cache/d5/ops).",
 )
@@ -38,10 +38,15 @@ def build_op(source: Path, frameworks: str | None, cache: Path | None, as_json: 
     """Compile SOURCE for each framework, or take each build from the cache.
 
     A build is cached under a hash of the source, d5_op.h, the compiler and the
-    framework's version; a cached build runs no compiler. A framework that is not
-    installed is skipped with a note. A compile error shows the compiler's first
-    error lines and exits 2, caching nothing.
+    framework's version; a cached build runs no compiler. Each new build is loaded
+    once in a child process before it is cached: one that does not load (an undefined
+    symbol, a crashing static initializer) is reported as not built. A framework that
+    is not installed is skipped with a note; an unknown framework name exits 2. A
+    compile error shows the compiler's first error lines and exits 2, caching nothing;
+    so does a build ready for no framework. The cache, like ssh's keys, must be yours
+    and writable by no one else.
     """
+    from d5core.errors import UsageError
     from d5core.lv0.customop import FrameworkBuild, build
 
     names = None if frameworks is None else parse_list(frameworks, "frameworks")
@@ -57,6 +62,9 @@ def build_op(source: Path, frameworks: str | None, cache: Path | None, as_json: 
         click.echo(f"{b.framework}: {f'cached ({seconds})' if b.cached else seconds}: {b.artifact}")
 
     result = build(source, names, cache=cache, on_note=note, on_built=built)
+    if not result.builds:
+        why = "; ".join(result.notes) if as_json else "see the notes above"
+        raise UsageError(f"{result.spec.name} is ready for no framework ({why})")
     if as_json:
         print_json(result.to_json())
         return

@@ -35,9 +35,21 @@ def d5_cli_commands() -> list[Any]:
             "Validate an operator backend (or a custom operator) against the reference.",
         )
     )
+    audit = LazyGroup(
+        "audit",
+        help="Audit that timed results are honest: outputs while timed, no caching, seeds.",
+    )
+    audit.add_command(
+        LazyCommand(
+            "op",
+            "d5core.lv0.audit_cmd:audit_op",
+            "Audit an operator's timed callables (accuracy while timed, caching, seeds).",
+        )
+    )
     return [
         bench,
         validate,
+        audit,
         LazyCommand("op", "d5core.lv0.op_cmd:op", "Build and inspect C++ custom operators."),
     ]
 
@@ -56,10 +68,14 @@ def d5_worker_jobs() -> Mapping[str, str]:
 
 @hookimpl(tryfirst=True)
 def d5_report_figures(runs: Sequence[Any]) -> list[Any]:
+    from d5core.lv0 import audit_figures
     from d5core.lv0.figures import figures
     from d5core.report.figures import section_figures
 
-    return section_figures("operators", lambda: figures(runs))
+    return [
+        *section_figures("operators", lambda: figures(runs)),
+        *section_figures("audit", lambda: audit_figures.figures(runs)),
+    ]
 
 
 @hookimpl(tryfirst=True)

@@ -36,6 +36,8 @@ __all__ = [
     "problem_for",
     "timing_of",
     "validate_op",
+    "validate_op_in_worker",
+    "validation_from_json",
 ]
 
 #: The name under which operators from the ``d5_custom_operators`` hook are selected.
@@ -170,6 +172,9 @@ class OperatorValidation:
     #: One line on what was compared when it is not the reference's ``op``: which
     #: operator stood in, or why there was none. Empty otherwise.
     note: str = ""
+    #: One line on how the worker that ran the check died or timed out (the signal, the
+    #: phase, the framework); empty when the check ran to its end.
+    worker_failure: str = ""
 
     @property
     def passed(self) -> bool:
@@ -184,6 +189,7 @@ class OperatorValidation:
             "against": self.against,
             "reference_op": self.reference_op,
             "note": self.note,
+            "worker_failure": self.worker_failure,
             "passed": self.passed,
             **{k: v for k, v in self.report.to_json().items() if k != "passed"},
         }
@@ -198,6 +204,7 @@ def validate_op(
     tolerances: Any = None,
     manager: PluginManager | None = None,
     reference: str | None = None,
+    on_phase: Callable[[str], None] | None = None,
 ) -> OperatorValidation:
     """Validate ``backend_name``'s ``problem.op`` against the reference backend.
 
@@ -211,6 +218,8 @@ def validate_op(
 
     :param reference: the reference backend; ``None`` takes the setting
         (:func:`~d5core.plugins.reference.reference_name`: ``D5_REFERENCE``, else numpy).
+    :param on_phase: hears each phase as it begins (``torch forward``, ``the numpy
+        reference's backward``, ``torch gradient check``...), for a check worker to report.
     :raises UsageError: one line, for a reference that is not an installed backend.
     """
     from d5core.plugins.reference import reference_name
@@ -218,7 +227,9 @@ def validate_op(
     from d5core.validate.operators import validate_operator
 
     reference_backend_name = reference_name("d5.operators", reference, manager=manager)
+    phase = on_phase or (lambda name: None)
 
+    phase(f"creating {backend_name}'s {problem.op}")
     candidate_backend = backend_by_name(backend_name, manager)
     inputs = problem.make_inputs(dtype, seed)
     candidate = build_operator(candidate_backend, problem, dtype, inputs)
@@ -237,6 +248,11 @@ def validate_op(
         against = reference_backend_name
     else:
         reference_op, against = candidate, "central differences only"
+    if on_phase is not None:
+        if reference_op is not candidate:
+            reference_op = _phased(reference_op, f"the {against} reference's", on_phase)
+        candidate = _phased(candidate, backend_name, on_phase)
+        float64 = None if float64 is None else _phased(float64, backend_name, on_phase)
     report = validate_operator(
         candidate,
         reference_op,
@@ -248,12 +264,94 @@ def validate_op(
         float64_candidate=float64,
     )
     if against != reference_backend_name:
-        report.outputs = []
+        # nothing to compare the outputs with: keep only their checks for NaN and infinity
+        report.outputs = [c for c in report.outputs if c.failed_metric == "nonfinite"]
         report.gradients = [g for g in report.gradients if g.method != "reference"]
     validation = OperatorValidation(problem.op, backend_name, dtype, problem.label, against,
                                     report, compared_with, note)  # fmt: skip
     operator_validated(problem.op, backend_name, validation.to_json(), manager)
     return validation
+
+
+class _Phased:
+    """An operator that reports each call of its forward and backward to ``on_phase``
+    (``NAME forward``, ``NAME backward``, then ``NAME gradient check``), and is
+    otherwise the operator it wraps."""
+
+    def __init__(self, inner: Any, name: str, on_phase: Callable[[str], None]) -> None:
+        self._inner, self._name, self._on_phase = inner, name, on_phase
+        self._after_backward = False
+
+    def __getattr__(self, attribute: str) -> Any:
+        return getattr(self._inner, attribute)
+
+    def _enter(self, kind: str) -> None:
+        step = "gradient check" if self._after_backward else kind
+        self._after_backward = self._after_backward or kind == "backward"
+        self._on_phase(f"{self._name} {step}")
+
+    def forward(self, inputs: Sequence[np.ndarray]) -> Any:
+        self._enter("forward")
+        return self._inner.forward(inputs)
+
+    def backward(self, *args: Any) -> Any:
+        self._enter("backward")
+        return self._inner.backward(*args)
+
+
+def _phased(operator: Operator, name: str, on_phase: Callable[[str], None]) -> Any:
+    """``operator`` reporting its calls to ``on_phase`` (see :class:`_Phased`)."""
+    return _Phased(operator, name, on_phase)
+
+
+def validate_op_in_worker(
+    *,
+    phase: Callable[[str], None],
+    problem: Mapping[str, Any],
+    backend: str,
+    dtype: str,
+    seed: int,
+    tolerances: Any,
+) -> dict[str, Any]:
+    """In a check worker (:mod:`d5core.validate.isolated`): :func:`validate_op` of
+    ``backend`` on ``problem`` (as :func:`d5core.lv0.jobs.problem_to_json` wrote it), as
+    JSON for :func:`validation_from_json`."""
+    from d5core.lv0.customop.runner import _tolerances_from_json
+    from d5core.lv0.jobs import problem_from_json
+
+    made = problem_from_json(problem)
+    return validate_op(made, backend, dtype=dtype, seed=seed, on_phase=phase,
+                       tolerances=_tolerances_from_json(tolerances)).to_json()  # fmt: skip
+
+
+def validation_from_json(data: Mapping[str, Any]) -> OperatorValidation:
+    """The :class:`OperatorValidation` that :meth:`OperatorValidation.to_json` gave (in a
+    check worker), with its report rebuilt."""
+    from dataclasses import fields
+
+    from d5core.validate.operators import GradientCheck, OutputCheck, ValidationReport
+
+    def check(cls: Any, item: Mapping[str, Any]) -> Any:
+        known = {f.name for f in fields(cls)}
+        values = {k: v for k, v in item.items() if k in known}
+        values["metrics"] = {
+            k: float("nan") if v is None else float(v) for k, v in item["metrics"].items()
+        }
+        if "shape" in values:
+            values["shape"] = tuple(values["shape"])
+        return cls(**values)
+
+    plain = {f.name for f in fields(ValidationReport)} - {"outputs", "gradients"}
+    report = ValidationReport(
+        **{k: v for k, v in data.items() if k in plain},
+        outputs=[check(OutputCheck, c) for c in data.get("outputs", [])],
+        gradients=[check(GradientCheck, c) for c in data.get("gradients", [])],
+    )
+    return OperatorValidation(
+        str(data["op"]), str(data["backend"]), str(data["dtype"]), str(data["problem"]),
+        str(data["against"]), report, data.get("reference_op"), str(data.get("note", "")),
+        str(data.get("worker_failure", "")),
+    )  # fmt: skip
 
 
 def _reference_op(

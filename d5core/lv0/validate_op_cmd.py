@@ -48,6 +48,22 @@ __all__ = ["validate_op"]
     show_default=True,
     help="Seed of the generated inputs.",
 )
+@click.option(
+    "--reference",
+    "python_reference",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="With --custom: a Python file defining forward(inputs, attributes), the numpy "
+    "reference every framework's forward is compared with (default: FILE.py beside FILE).",
+)
+@click.option(
+    "--timeout",
+    "timeout_s",
+    type=float,
+    default=None,
+    help="Seconds each framework's checks may take in their worker process "
+    "(default 300); past it the check fails.",
+)
 @click.option("--rtol", type=float, default=None, help="Override the dtype's relative tolerance.")
 @click.option("--atol", type=float, default=None, help="Override the dtype's absolute tolerance.")
 @json_option
@@ -62,6 +78,8 @@ def validate_op(
     attrs: tuple[str, ...],
     dtype: str,
     seed: int,
+    python_reference: Path | None,
+    timeout_s: float | None,
     rtol: float | None,
     atol: float | None,
     as_json: bool,
@@ -75,17 +93,25 @@ def validate_op(
     framework and validated in each: its forward against the numpy build's, its
     backward against central differences in float64.
 
+    Each framework's checks run in a worker process of their own, killed after
+    --timeout seconds: a crash, an abort or a time-out fails that framework's check,
+    naming the signal and the phase, and the other frameworks are still checked.
+
     Exit 0 when every check passes, 1 when one fails (naming the output or input and
     the metric), 2 on bad usage.
     """
     from d5core.lv0.validate_run import validate_op_and_store
     from d5core.lv0.workloads.problems import parse_shapes
+    from d5core.validate.isolated import DEFAULT_TIMEOUT_S, check_timeout
 
     tolerances = read_tolerances(rtol, atol, dtype)
+    timeout = DEFAULT_TIMEOUT_S if timeout_s is None else check_timeout(timeout_s)
     if custom is not None:
         _validate_custom(custom, op, backend, backends, shape, attrs, dtype, seed, tolerances,
-                         as_json, db, tags)  # fmt: skip
+                         as_json, db, tags, timeout, python_reference)  # fmt: skip
         return
+    if python_reference is not None:
+        raise UsageError("--reference goes with --custom: a C++ custom operator's reference")
     if op is None or backend is None:
         raise UsageError("give OP and --backend (or --custom FILE for a C++ custom operator)")
     if backends is not None:
@@ -100,6 +126,7 @@ def validate_op(
         tolerances=tolerances,
         db=db,
         tags=tags,
+        timeout_s=timeout,
     )
     result = stored.result
     data = {**result.to_json(), "run_id": stored.run_id}
@@ -126,6 +153,8 @@ def _validate_custom(
     as_json: bool,
     db: Path | None,
     tags: tuple[str, ...] = (),
+    timeout_s: float | None = None,
+    python_reference: Path | None = None,
 ) -> None:
     """``d5 validate op --custom FILE``: build, validate in each framework and store
     (:func:`~d5core.lv0.validate_run.validate_custom_and_store`), then report."""
@@ -146,6 +175,8 @@ def _validate_custom(
         db=db,
         tags=tags,
         on_note=None if as_json else lambda line: click.echo(f"d5: {line}", err=True),
+        **({} if timeout_s is None else {"timeout_s": timeout_s}),
+        python_reference=python_reference,
     )
     outcome = stored.outcome
     data = [
@@ -159,14 +190,20 @@ def _validate_custom(
             _print_report(result)
     if not outcome.passed:
         failed = outcome.failures()
+        frameworks = {r.backend for r in outcome.results}
+        failing = {r.backend for r in outcome.results if not r.passed}
         raise CheckFailed(
-            f"{outcome.build.spec.name} ({dtype}) failed in {len(failed)} of "
-            f"{len(outcome.results)} frameworks: " + "; ".join(failed)
+            f"{outcome.build.spec.name} ({dtype}) failed in {len(failing)} of "
+            f"{len(frameworks)} frameworks: " + "; ".join(failed)
         )
 
 
 def _print_report(result: Any) -> None:
     report = result.report
+    if result.worker_failure:  # nothing was compared: one line says why
+        console().print(f"{result.op} on {result.backend} ({result.dtype}): FAIL, "
+                        f"{result.worker_failure}", soft_wrap=True, markup=False)  # fmt: skip
+        return
     # one name throughout: the operator as selected, with a differing op_type shown once
     declared = f" (op_type {report.op_type})" if report.op_type not in ("", result.op) else ""
     against = result.against

@@ -30,6 +30,7 @@ from d5core.lv0.bench_common import (
     process_options,
     sampling_options,
     threads_cell,
+    timeout_option,
 )
 
 if TYPE_CHECKING:
@@ -67,6 +68,7 @@ __all__ = ["bench_net"]
 )
 @process_options
 @sampling_options(time_budget=0.5)
+@timeout_option
 @scenario_options
 @json_option
 @db_option
@@ -85,6 +87,7 @@ def bench_net(
     time_budget: float,
     rel_ci: float,
     warmup: int,
+    timeout: float | None,
     as_json: bool,
     db: Path | None,
     tags: tuple[str, ...],
@@ -114,7 +117,7 @@ def bench_net(
         model, names, batch=batch, mode=mode, seed=seed, breakdown=breakdown,
         options=measure_options(min_samples, max_samples, time_budget, rel_ci, warmup),
         processes=processes, cpus=None if cpus is None else parse_cpus(cpus), db=db,
-        tags=tags, quiet=as_json,
+        tags=tags, quiet=as_json, timeout=timeout,
     )  # fmt: skip
     rows, run_id, outcome, floor = bench.rows, bench.run_id, bench.outcome, bench.floor
     for r, timing in zip(rows, bench.timings, strict=True):

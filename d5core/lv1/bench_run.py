@@ -68,21 +68,26 @@ def bench_networks(
     db: str | Path | None = None,
     tags: Sequence[str] = (),
     quiet: bool = True,
+    timeout: float | None = None,
 ) -> NetworkBench:
     """Benchmark a step of ``model`` (``mode``: ``inference`` or ``training``) on each of
     ``executors`` in fresh worker processes, stored as one run of kind ``net``.
 
     :param breakdown: also time every node of each executor in this process, after the
         workers, and store the nodes' times.
+    :param timeout: the seconds a worker may spend on one job; a job past it fails with
+        "timed out after N s" (``None``: :func:`~d5core.measure.invocations.default_timeout`).
     :raises UsageError: for bad input, one line, before anything is measured.
     :raises CheckFailed: when a job failed in its worker; what was measured is stored.
     """
     from d5core.lv1.runner import network_workload
     from d5core.measure.engine import MeasureOptions
+    from d5core.measure.invocations import check_timeout, default_timeout
     from d5core.results.store import ResultsStore
 
     names = list(executors)
     options = options if options is not None else MeasureOptions()
+    limit = check_timeout(timeout) or default_timeout(options)
     workload = network_workload(model, batch=batch, mode=mode, seed=seed)
     instances = _check_executors(names, workload)
     jobs = _net_jobs(model, names, batch, mode, seed)
@@ -94,6 +99,7 @@ def bench_networks(
         "measure": options.to_json(),
         "processes": processes,
         "cpus": cpus,
+        "timeout_s": limit,
     }
     with ResultsStore.open(db) as store:
         floor = noise_floor(store, cpus)
@@ -103,6 +109,7 @@ def bench_networks(
             measured = measure(
                 jobs, store=store, run_id=run_id, processes=processes, options=options,
                 seed=seed, cpus=cpus, quiet=quiet, backends=("d5.frameworks", "executor"),
+                timeout_s=limit,
             )  # fmt: skip
             chosen = instances if breakdown else {}
             rows, timings = _net_results(measured.outcome, workload, chosen, store, run_id)

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import re
 import signal
 import threading
@@ -49,6 +50,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_ATOL",
     "DEFAULT_RTOL",
+    "MAX_TIMEOUT_S",
     "STATUSES",
     "BaselineCheck",
     "CaseResult",
@@ -56,6 +58,8 @@ __all__ = [
     "ConformanceReport",
     "NodeCase",
     "check_baseline",
+    "check_baseline_writable",
+    "check_settings",
     "load_baseline",
     "node_cases",
     "run_case",
@@ -66,6 +70,9 @@ __all__ = [
 #: The tolerances of onnx's backend test runner (``TestCase.rtol`` / ``atol`` defaults).
 DEFAULT_RTOL = 1e-3
 DEFAULT_ATOL = 1e-7
+
+#: The longest per-case time limit accepted (a day); 0 or ``None`` means none.
+MAX_TIMEOUT_S = 86400.0
 
 CaseStatus = Literal["passed", "failed", "unsupported", "error"]
 #: Every status, in the order reports list them.
@@ -124,19 +131,34 @@ def _compile(pattern: str | None) -> re.Pattern[str] | None:
 
 def _cases_from_dir(root: Path, regex: re.Pattern[str] | None) -> list[NodeCase]:
     import onnx
+    from google.protobuf.message import DecodeError
 
     if not root.is_dir():
         raise UsageError(f"{root} is not a directory of onnx node test cases")
+    try:
+        folders = sorted(p for p in root.iterdir() if (p / "model.onnx").is_file())
+    except OSError as exc:
+        raise UsageError(f"cannot read the case directory {root}: {_first_line(exc)}") from None
+    if not folders:
+        raise UsageError(
+            f"{root} holds no onnx node test case (a folder CASE with CASE/model.onnx); "
+            "give the onnx/backend/test/data/node layout, or drop --data-dir"
+        )
     cases = []
-    for folder in sorted(p for p in root.iterdir() if (p / "model.onnx").is_file()):
+    for folder in folders:
         if regex is not None and not regex.search(folder.name):
             continue
-        model = onnx.load(str(folder / "model.onnx"))
-        data_sets = []
-        for data in sorted(folder.glob("test_data_set_*")):
-            inputs = _read_protos(data, "input", model.graph.input)
-            outputs = _read_protos(data, "output", model.graph.output)
-            data_sets.append((inputs, outputs))
+        try:
+            model = onnx.load(str(folder / "model.onnx"))
+            data_sets = []
+            for data in sorted(folder.glob("test_data_set_*")):
+                inputs = _read_protos(data, "input", model.graph.input)
+                outputs = _read_protos(data, "output", model.graph.output)
+                data_sets.append((inputs, outputs))
+        except (OSError, ValueError, IndexError, DecodeError) as exc:
+            raise UsageError(
+                f"case {folder} cannot be read ({_first_line(exc)}); regenerate it or remove it"
+            ) from None
         cases.append(NodeCase(folder.name, model, data_sets))
     return cases
 
@@ -444,6 +466,16 @@ class ConformanceReport:
         return sum(1 for r in self.results if r.status == "passed" and r.fallback)
 
     @property
+    def passed_own(self) -> int:
+        """Passed cases that ran every node on the executor's own code (no fallback)."""
+        return self.passed - self.passed_with_fallback
+
+    @property
+    def own_pass_rate(self) -> float:
+        """Cases passed on the executor's own code alone over all cases; 0 if none."""
+        return self.passed_own / self.total if self.total else 0.0
+
+    @property
     def passing(self) -> list[str]:
         """Names of the cases that passed, sorted."""
         return sorted(r.name for r in self.results if r.status == "passed")
@@ -473,6 +505,8 @@ class ConformanceReport:
             "counts": self.counts,
             "pass_rate": round(self.pass_rate, 4),
             "passed_with_fallback": self.passed_with_fallback,
+            "passed_own": self.passed_own,
+            "own_pass_rate": round(self.own_pass_rate, 4),
             "seconds": round(self.seconds, 2),
             "by_op_type": self.by_op_type(),
             "cases": [asdict(r) for r in self.results],
@@ -505,13 +539,16 @@ def run_conformance(
     from d5core.plugins import get_plugin_manager
     from d5core.plugins.catalog import installed_versions
 
-    if limit is not None and limit < 0:
-        raise UsageError(f"--limit must be 0 or more, not {limit}")
+    check_settings(limit=limit, timeout_s=timeout_s)
     manager = get_plugin_manager()
     factory = manager.load("d5.frameworks", executor)
     versions = installed_versions(manager.record("d5.frameworks", executor).distribution)
     started = time.perf_counter()
     cases = node_cases(pattern, data_dir=data_dir)
+    if not cases:
+        where = f"in {data_dir}" if data_dir is not None else f"of onnx {onnx.__version__}"
+        what = f"--pattern {pattern!r} matches" if pattern is not None else "there is"
+        raise UsageError(f"{what} no node case {where}")
     single = {c.name: c.model.graph.node[0].op_type for c in cases if len(c.model.graph.node) == 1}
     known = _all_op_types()
     if limit is not None:
@@ -532,6 +569,21 @@ def run_conformance(
             progress(res)
     report.seconds = time.perf_counter() - started
     return report
+
+
+def check_settings(*, limit: int | None, timeout_s: float | None) -> None:
+    """Refuse a case ``limit`` below 1 and a per-case ``timeout_s`` that is negative, not
+    finite or over :data:`MAX_TIMEOUT_S` (0 and ``None`` mean no time limit).
+
+    :raises UsageError: naming the bad value and what is accepted.
+    """
+    if limit is not None and limit < 1:
+        raise UsageError(f"--limit must be 1 or more (drop it to run every case), not {limit}")
+    if timeout_s is not None and not (math.isfinite(timeout_s) and 0 <= timeout_s <= MAX_TIMEOUT_S):
+        raise UsageError(
+            f"--timeout must be 0 (no limit) or a number of seconds up to {MAX_TIMEOUT_S:g}, "
+            f"not {timeout_s:g}"
+        )
 
 
 @functools.lru_cache(maxsize=1)
@@ -577,6 +629,8 @@ def load_baseline(path: str | Path) -> dict[str, Any]:
     :raises UsageError: when it cannot be read or is not of that form.
     """
     path = Path(path)
+    if path.exists() and not path.is_file():  # a device would be read without end
+        raise UsageError(f"baseline {path} is not a regular file; give a JSON file")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -633,6 +687,30 @@ def _version_changes(recorded: object, installed: Mapping[str, str]) -> list[str
     ]
 
 
+def check_baseline_writable(path: str | Path) -> None:
+    """Refuse a baseline file that cannot be written: a directory, a path under a regular
+    file, or one in a folder (or the nearest existing one) this user cannot write.
+
+    :raises UsageError: naming the path and why.
+    """
+    import os
+
+    path = Path(path)
+    if path.exists() and not path.is_file():  # a device would be read without end
+        raise UsageError(f"--baseline {path} is not a regular file; give a JSON file")
+    if path.exists():
+        if not os.access(path, os.W_OK):
+            raise UsageError(f"--baseline {path} cannot be written (permission denied)")
+        return
+    parent = path.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise UsageError(f"--baseline {path} lies under {parent}, which is not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UsageError(f"--baseline {path} cannot be created: {parent} is not writable")
+
+
 def update_baseline(path: str | Path, report: ConformanceReport) -> dict[str, Any]:
     """Record ``report`` as its executor's baseline in ``path``, keeping other executors'.
 
@@ -649,6 +727,9 @@ def update_baseline(path: str | Path, report: ConformanceReport) -> dict[str, An
         "versions": report.versions,
     }
     data = dict(sorted(data.items()))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot write the baseline {path}: {_first_line(exc)}") from None
     return data

@@ -26,14 +26,14 @@ _NAMED = 10
 @click.command("conformance")
 @click.argument("executor")
 @click.option("--pattern", metavar="REGEX", default=None, help="Run only cases matching REGEX.")
-@click.option("--limit", type=int, default=None, help="Run at most this many cases.")
+@click.option("--limit", type=int, default=None, help="Run at most this many cases (1 or more).")
 @click.option(
     "--timeout",
     "timeout_s",
     type=float,
     default=60.0,
     show_default=True,
-    help="Seconds per case; a case over it is an error (0: no limit).",
+    help="Seconds per case, up to 86400; a case over it is an error (0: no limit).",
 )
 @click.option(
     "--data-dir",
@@ -132,17 +132,25 @@ def _print(report: Any, failures: bool) -> None:
         selection += f" matching {report.pattern!r}"
     if report.limit is not None:
         selection += f" (first {report.limit})"
+    fallback = report.passed_with_fallback
+    rate = f"{report.pass_rate:.1%}"
+    if fallback:  # the executor's own rate beside the one its fallback engine lifted
+        rate = (
+            f"{rate} with its fallback; {report.passed_own}/{report.total}, "
+            f"{report.own_pass_rate:.1%}, on its own code"
+        )
     out.print(
         f"{report.executor}: {counts['passed']}/{report.total} onnx {report.onnx_version} node "
-        f"cases{selection} passed ({report.pass_rate:.1%}); failed {counts['failed']}, "
+        f"cases{selection} passed ({rate}); failed {counts['failed']}, "
         f"unsupported {counts['unsupported']}, error {counts['error']} "
-        f"[{report.seconds:.1f} s]"
+        f"[{report.seconds:.1f} s]",
+        highlight=False,
     )
-    fallback = report.passed_with_fallback
     if fallback:
         out.print(
             f"{fallback} of the {counts['passed']} passed cases ran some operator on the "
-            "executor's fallback engine (numpy's: onnx.reference), not on its own code"
+            "executor's fallback engine (numpy's: onnx.reference), not on its own code",
+            highlight=False,
         )
     if failures and report.failures:
         table = Table(title="cases that went wrong", title_justify="left")

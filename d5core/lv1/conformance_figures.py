@@ -2,9 +2,12 @@
 
 ``d5 conformance EXECUTOR`` stores one run of kind ``conformance`` per executor it runs
 (metrics ``passed``, ``failed``, ``errors``, ``unsupported`` and ``total``, counted in
-cases). :func:`figures` draws the stored runs as one figure of stacked horizontal bars,
-one bar per run, with each count written on its segment, in the report's ``networks``
-section (conformance is a property of a graph executor).
+cases; in its config ``passed_with_fallback``, the passes that ran some node on the
+executor's fallback engine). :func:`figures` draws the stored runs as one figure of
+stacked horizontal bars, one bar per run, with each count written on its segment, in the
+report's ``networks`` section (conformance is a property of a graph executor). The passed
+segment is split: the passes on the executor's own code, then (hatched) those that needed
+its fallback engine, so a rate lifted by another engine is not read as the executor's.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from typing import Any
 from d5core.levels.report import ReportFigure, ReportRun
 from d5core.report.style import machines_note, new_figure, short_label
 
-__all__ = ["CONFORMANCE_SEGMENTS", "MAX_BARS", "figures"]
+__all__ = ["CONFORMANCE_SEGMENTS", "FALLBACK_SEGMENT", "MAX_BARS", "figures"]
 
 #: The kind of run ``d5 conformance`` stores.
 _KIND = "conformance"
@@ -24,10 +27,18 @@ _KIND = "conformance"
 #: The segments of each bar: the stored metric, its legend label and its colour (passed
 #: green, failed vermillion, errors reddish purple, unsupported grey).
 CONFORMANCE_SEGMENTS: tuple[tuple[str, str, str], ...] = (
-    ("passed", "passed", "#009E73"),
+    ("passed", "passed on its own code", "#009E73"),
     ("failed", "failed (wrong output)", "#D55E00"),
     ("errors", "error", "#CC79A7"),
     ("unsupported", "unsupported operator", "#BBBBBB"),
+)
+
+#: The part of the passed segment that ran on a fallback engine (the bar's key
+#: ``passed_with_fallback``), drawn after the own passes: its legend label and colour.
+FALLBACK_SEGMENT: tuple[str, str, str] = (
+    "passed_with_fallback",
+    "passed on a fallback engine",
+    "#8FD1BD",
 )
 
 #: The x axis runs to this many times the longest bar, leaving room for the text after it.
@@ -57,10 +68,18 @@ def _bar(run: ReportRun) -> dict[str, Any] | None:
     if counts["passed"] is None or total is None:
         return None
     executor = str(run.config.get("executor") or run.name.removeprefix("conformance ").strip())
+    recorded = run.config.get("passed_with_fallback")
+    fallback = (
+        min(int(recorded), counts["passed"])
+        if isinstance(recorded, (int, float)) and math.isfinite(recorded) and recorded >= 0
+        else None
+    )
     return {
         "run_id": run.id,
         "executor": executor,
         **{name: value or 0 for name, value in counts.items()},
+        # None: stored before d5 recorded it; its passes are drawn as the executor's own
+        "passed_with_fallback": fallback,
         "total": total,
         "pattern": run.config.get("pattern"),
         "limit": run.config.get("limit"),
@@ -106,6 +125,12 @@ def _selection_note(bars: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
     if len(versions) > 1:
         shown = ", ".join(sorted(str(v) for v in versions))
         notes.append(f"the runs took their cases from different onnx versions ({shown})")
+    unsplit = sorted({b["executor"] for b in bars if b["passed_with_fallback"] is None})
+    if unsplit:
+        notes.append(
+            f"runs of {', '.join(unsplit)} did not record which passes needed a fallback "
+            "engine: all their passes are drawn as the executor's own"
+        )
     return tuple(notes)
 
 
@@ -135,26 +160,41 @@ def figures(runs: Sequence[ReportRun]) -> list[ReportFigure]:
     span = widest * _SPAN
     left = [0] * len(bars)
     beside: list[list[str]] = [[] for _ in bars]  # counts too narrow to write inside
+    fallback = [bar["passed_with_fallback"] or 0 for bar in bars]
+    series: list[tuple[str, str, str, list[int]]] = []
     for name, legend, color in CONFORMANCE_SEGMENTS:
-        widths = [bar[name] for bar in bars]
+        if name == "passed":  # own passes, then those a fallback engine ran
+            own = [bar[name] - f for bar, f in zip(bars, fallback, strict=True)]
+            series.append((name, legend, color, own))
+            series.append((*FALLBACK_SEGMENT, fallback))
+        else:
+            series.append((name, legend, color, [bar[name] for bar in bars]))  # fmt: skip
+    for name, legend, color, widths in series:
         if not any(widths):
             continue
-        drawn = ax.barh(positions, widths, left=left, color=color, label=legend, height=0.6)
+        drawn = ax.barh(
+            positions, widths, left=left, color=color, label=legend, height=0.6,
+            hatch="///" if name == FALLBACK_SEGMENT[0] else None,
+        )  # fmt: skip
         inside = [_fits(w, span) for w in widths]
         ax.bar_label(
             drawn,
             labels=[str(w) if w and fits else "" for w, fits in zip(widths, inside, strict=True)],
             label_type="center",
             fontsize=7,
-            color="white" if name != "unsupported" else "black",
+            color="black" if name in ("unsupported", FALLBACK_SEGMENT[0]) else "white",
         )
         for i, (w, fits) in enumerate(zip(widths, inside, strict=True)):
             if w and not fits:
-                beside[i].append(f"{legend.split(' ')[0]} {w}")
+                word = "fallback" if name == FALLBACK_SEGMENT[0] else legend.split(" ")[0]
+                beside[i].append(f"{word} {w}")
         left = [a + w for a, w in zip(left, widths, strict=True)]
     for position, bar, end, extra in zip(positions, bars, left, beside, strict=True):
         rate = bar["passed"] / bar["total"] if bar["total"] else 0.0
         text = f"{bar['total']} cases, {rate:.1%} passed"
+        if bar["passed_with_fallback"]:  # the executor's own rate beside the lifted one
+            own = (bar["passed"] - bar["passed_with_fallback"]) / bar["total"]
+            text += f",\n{own:.1%} on its own code"
         ax.text(
             end + widest * 0.01,
             position,
@@ -166,12 +206,14 @@ def figures(runs: Sequence[ReportRun]) -> list[ReportFigure]:
     ax.set_xlim(0, span)
     ax.set_xlabel("onnx backend node cases")
     ax.grid(axis="y", visible=False)
-    figure.legend(loc="outside lower center", fontsize=7, frameon=False, ncols=4)
+    figure.legend(loc="outside lower center", fontsize=7, frameon=False, ncols=3)
 
     caption = (
         "Cases of onnx's backend node tests per executor, as d5 conformance stored them: "
-        "passed, failed (a wrong output), error and unsupported (the executor refused an "
-        "operator), one bar per stored run."
+        "passed on the executor's own code, passed with some node run on its fallback "
+        "engine (hatched; the numpy executor's is onnx.reference), failed (a wrong "
+        "output), error and unsupported (the executor refused an operator), one bar per "
+        "stored run. Where a fallback ran, the bar's end gives both rates."
     )
     if left_out:
         caption += f" The {left_out} oldest conformance run(s) were left out (at most {MAX_BARS})."

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from d5core.errors import UsageError
+
 if TYPE_CHECKING:
     from d5core.lv1.conformance import BaselineCheck, ConformanceReport
 
@@ -57,8 +59,9 @@ def store_conformance(
 
     Metrics: ``passed``, ``failed``, ``errors``, ``unsupported`` and ``total`` (case
     counts). The config holds the selection, the versions the outcome depends on, the
-    names of the failing cases (``failing``: failed or error, sorted), ``settings`` and
-    the baseline check when there was one.
+    names of the failing cases (``failing``: failed or error, sorted), how many passes ran
+    some node on a fallback engine (``passed_with_fallback``), ``settings`` and the
+    baseline check when there was one.
     """
     config: dict[str, Any] = {
         "executor": report.executor,
@@ -69,6 +72,8 @@ def store_conformance(
         "complete": report.complete,
         "seconds": round(report.seconds, 3),
         "failing": sorted(r.name for r in report.failures),
+        # the passes that ran some node on a fallback engine, not the executor's code
+        "passed_with_fallback": report.passed_with_fallback,
         **dict(settings or {}),
     }
     if baseline is not None:
@@ -103,10 +108,19 @@ def run_and_store(
     :raises UsageError: a store that cannot be written, a baseline that cannot be read,
         an unknown executor.
     """
-    from d5core.lv1.conformance import check_baseline, load_baseline, run_conformance
+    from d5core.lv1.conformance import (
+        check_baseline,
+        check_baseline_writable,
+        check_settings,
+        load_baseline,
+        run_conformance,
+    )
     from d5core.lv1.conformance import update_baseline as write_baseline
     from d5core.results.store import ResultsStore
 
+    check_settings(limit=limit, timeout_s=timeout_s)  # before the store is opened
+    if update_baseline and baseline is not None:
+        check_baseline_writable(baseline)
     recorded = load_baseline(baseline) if baseline is not None and not update_baseline else None
     with ResultsStore.open(db) as store:
         store.require_writable()  # a database that cannot be written fails before the run
@@ -124,12 +138,18 @@ def run_and_store(
                 "newly_passing": check.newly_passing,
                 "version_changes": check.version_changes,
             }
+        unwritten: UsageError | None = None
         if update_baseline and baseline is not None:
-            write_baseline(baseline, report)
-            data["baseline"] = {"file": str(baseline), "updated": True}
+            try:
+                write_baseline(baseline, report)
+                data["baseline"] = {"file": str(baseline), "updated": True}
+            except UsageError as exc:  # a full device: keep the run, then say so
+                unwritten = exc
         settings = {"timeout_s": timeout_s,
                     "data_dir": None if data_dir is None else str(data_dir)}  # fmt: skip
         data["run_id"] = store_conformance(
             store, report, tags=tags, settings=settings, baseline=data.get("baseline")
         )
+    if unwritten is not None:
+        raise UsageError(f"{unwritten} (the run is stored as {data['run_id']})")
     return ConformanceOutcome(report, check, data)

@@ -39,9 +39,21 @@ def d5_cli_commands() -> list[Any]:
             "Validate a network on an executor against the reference executor.",
         )
     )
+    audit = LazyGroup(
+        "audit",
+        help="Audit that timed results are honest: outputs while timed, no caching, seeds.",
+    )
+    audit.add_command(
+        LazyCommand(
+            "net",
+            "d5core.lv1.audit_cmd:audit_net",
+            "Audit a network's timed step on executors (accuracy while timed, caching, seeds).",
+        )
+    )
     return [
         bench,
         validate,
+        audit,
         LazyCommand(
             "conformance",
             "d5core.lv1.conformance_cmd:conformance",

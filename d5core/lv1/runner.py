@@ -24,6 +24,7 @@ __all__ = [
     "BREAKDOWN_REPEATS",
     "BREAKDOWN_TOLERANCE",
     "DEFAULT_BATCH",
+    "NONFINITE_KEY",
     "Breakdown",
     "NetworkTiming",
     "NetworkValidation",
@@ -31,6 +32,7 @@ __all__ = [
     "NodeTime",
     "RunNodeTimes",
     "check_trains",
+    "declares_nonfinite",
     "executor_by_name",
     "fallback_nodes",
     "fallback_note",
@@ -176,9 +178,51 @@ def _input_high(network: Network, name: str) -> int | None:
     return None
 
 
+#: Model metadata by which a model declares that its outputs (and gradients) hold NaN or
+#: infinity by design for the inputs d5 generates: ``d5.nonfinite_outputs = "expected"``.
+NONFINITE_KEY = "d5.nonfinite_outputs"
+
+
+def declares_nonfinite(network: Network) -> bool:
+    """Whether ``network``'s metadata declares non-finite results expected
+    (:data:`NONFINITE_KEY`); they then pass only where they equal the reference's.
+
+    :raises UsageError: for a value other than ``expected``.
+    """
+    for entry in network.model.metadata_props:
+        if entry.key == NONFINITE_KEY:
+            if entry.value != "expected":
+                raise UsageError(
+                    f"model metadata {entry.key}={entry.value!r}: the only value is "
+                    "'expected'; fix the model or drop the entry"
+                )
+            return True
+    return False
+
+
+#: The element kinds d5 can generate feeds of: bool, signed and unsigned integers, floats.
+_FEED_KINDS = "biuf"
+
+
+def _check_feed_type(name: str, dtype: str) -> None:
+    """Refuse an input whose element type d5 cannot generate data for (a string tensor,
+    complex numbers, bfloat16, ...), before any executor sees it."""
+    try:
+        kind: str = np.dtype(dtype or "float32").kind
+    except TypeError:
+        kind = ""
+    if kind not in _FEED_KINDS:
+        shown = "string" if kind in ("O", "U", "S") else (dtype or "undefined")
+        raise UsageError(
+            f"input {name!r} of the model is a {shown} tensor, which d5 cannot generate "
+            f"inputs for; give the model float, integer or bool inputs"
+        )
+
+
 def _feed_shapes(network: Network, batch: int) -> dict[str, tuple[int, ...]]:
     shapes: dict[str, tuple[int, ...]] = {}
     for info in network.inputs:
+        _check_feed_type(info.name, info.dtype)
         dims = list(info.shape)
         if dims and dims[0] is None:
             dims[0] = batch
@@ -304,11 +348,18 @@ def validate_network(
     tolerances: Any = None,
     manager: PluginManager | None = None,
     reference: str | None = None,
+    allow_nonfinite: bool = False,
 ) -> NetworkValidation:
     """Compare ``executor``'s outputs (and gradients, when it trains) with the reference's.
 
+    A NaN or infinity in the executor's outputs or gradients fails its check, even where
+    the reference gives the same (:func:`~d5core.validate.operators.check_arrays`).
+
     :param reference: the reference executor; ``None`` takes the setting
         (:func:`~d5core.plugins.reference.reference_name`: ``D5_REFERENCE``, else numpy).
+    :param allow_nonfinite: non-finite results are expected for the model's inputs (as
+        its metadata may declare, :func:`declares_nonfinite`): they pass where they equal
+        the reference's exactly, and a note says so.
     :raises UsageError: one line, for a reference that is not an installed executor.
     """
     from d5core.plugins.reference import reference_name
@@ -322,6 +373,7 @@ def validate_network(
 
     against = reference_name("d5.frameworks", reference, manager=manager)
     network = load_model(model)
+    allow_nonfinite = allow_nonfinite or declares_nonfinite(network)
     feeds = make_feeds(network, batch, seed)
     result = NetworkValidation(model, executor, samples_in(network, feeds), against)
     names = [o.name for o in network.outputs]
@@ -336,8 +388,13 @@ def validate_network(
             result.notes.append(fallback_note(name, ran))
     result.outputs = compare_outputs(
         [actual[n] for n in names], [ref_outputs[n] for n in names], tolerances=tolerances,
-        names=names,
+        names=names, allow_nonfinite=allow_nonfinite,
     )  # fmt: skip
+    if allow_nonfinite:
+        result.notes.append(
+            "non-finite outputs and gradients were declared expected: they pass where they "
+            "equal the reference's"
+        )
     if not getattr(candidate, "trains", True):
         result.notes.append(f"the {executor} executor runs inference only: gradients not checked")
         network_validated(result.to_json(), manager)
@@ -359,7 +416,9 @@ def validate_network(
         else:
             expected = np.asarray(ref_grads[name])
             tol = tolerance_for(expected.dtype, tolerances)
-            metrics, failed, why = check_arrays(np.asarray(grads[name]), expected, tol)
+            metrics, failed, why = check_arrays(
+                np.asarray(grads[name]), expected, tol, allow_nonfinite=allow_nonfinite
+            )
             check.metrics, check.failed_metric, check.detail = metrics, failed, why
             check.passed = failed is None
         result.gradients.append(check)

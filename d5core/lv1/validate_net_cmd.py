@@ -22,13 +22,27 @@ __all__ = ["validate_net"]
 @click.command("net")
 @click.argument("model")
 @click.option("--executor", required=True, help="Executor to check (e.g. torch, onnxruntime).")
-@click.option("--batch", default=2, show_default=True, help="Batch size of the generated feeds.")
+@click.option(
+    "--batch",
+    type=click.IntRange(min=1, max=1_000_000),
+    default=2,
+    show_default=True,
+    help="Batch size of the generated feeds.",
+)
 @click.option(
     "--seed",
     type=click.IntRange(min=0),
     default=0,
     show_default=True,
     help="Seed of the generated feeds.",
+)
+@click.option(
+    "--timeout",
+    "timeout_s",
+    type=float,
+    default=None,
+    help="Seconds the checks may take in their worker process (default 300); past it the "
+    "check fails.",
 )
 @click.option("--rtol", type=float, default=None, help="Override the relative tolerance.")
 @click.option("--atol", type=float, default=None, help="Override the absolute tolerance.")
@@ -40,6 +54,7 @@ def validate_net(
     executor: str,
     batch: int,
     seed: int,
+    timeout_s: float | None,
     rtol: float | None,
     atol: float | None,
     as_json: bool,
@@ -50,15 +65,20 @@ def validate_net(
     and the gradient of every parameter when the executor trains.
 
     MODEL is a zoo name (mlp, lenet5, resnet20, vgg, ...), a light model shipped with
-    onnx (resnet50, ...), or a path to an .onnx file. Exit 0 on pass, 1 on failure,
-    2 on bad usage.
+    onnx (resnet50, ...), or a path to an .onnx file. The checks run in a worker
+    process killed after --timeout seconds: a crash or a time-out of the executor is a
+    failed check naming the signal and the phase. Exit 0 on pass, 1 on failure, 2 on bad
+    usage.
     """
     from d5core.lv1.validate_run import validate_net_and_store
+    from d5core.validate.isolated import DEFAULT_TIMEOUT_S, check_timeout
 
     tolerances = read_tolerances(rtol, atol, "float32")
+    timeout = DEFAULT_TIMEOUT_S if timeout_s is None else check_timeout(timeout_s)
     stored = validate_net_and_store(
-        model, executor, batch=batch, seed=seed, tolerances=tolerances, db=db, tags=tags
-    )
+        model, executor, batch=batch, seed=seed, tolerances=tolerances, db=db, tags=tags,
+        timeout_s=timeout,
+    )  # fmt: skip
     result = stored.result
     data = {**result.to_json(), "run_id": stored.run_id}
     if as_json:

@@ -93,11 +93,20 @@ class Prepared:
         metrics, selected = run_metrics(recipe)
         #: The metrics selected by name (METRICS, ``--metric``), attached to the run.
         self.selected_metrics: dict[str, Any] = selected
+        from d5core.lv2.datasets._common import check_data_dir
+
+        check_data_dir()  # a bad D5_DATA_DIR is refused even for a dataset without files
         # MLPerf's clock starts at the first touch of data: before the datasets load.
         clock = RunClock.start(s.get("target_accuracy"), bus=MetricBus(), metrics=metrics)
         self.train_set = load_dataset(s["dataset"], "train", **s["dataset_options"])
         test_options = {**s["dataset_options"], **s["test_dataset_options"]}
         self.test_set = load_dataset(s["dataset"], "test", **test_options)
+        if self.batch_size > len(self.train_set):
+            raise UsageError(
+                f"recipe {recipe.name}: batch_size {self.batch_size} is larger than the "
+                f"{len(self.train_set)} examples of {s['dataset']}'s training set; use at "
+                f"most {len(self.train_set)}"
+            )
         #: What the run read: a content digest of each split and where it came from.
         self.data = {"train": data_manifest(self.train_set), "test": data_manifest(self.test_set)}
         #: The hash stored with the run: the recipe as it runs, and the data it read.

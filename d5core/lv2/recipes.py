@@ -324,6 +324,44 @@ def _check_settings(name: str, merged: Mapping[str, Any]) -> None:
     ):
         if key in merged and not isinstance(merged[key], Mapping):
             raise UsageError(f"recipe {name}: {key} must be a table/dict, got {merged[key]!r}")
+    _check_optimizer_options(name, merged.get("optimizer_options") or {})
+
+
+#: The ranges of the optimizer options d5's optimizers share (as torch.optim checks
+#: them): ``name -> (low, high, high included)``; every option must be finite anyway.
+_OPTIMIZER_RANGES: dict[str, tuple[float, float, bool]] = {
+    "beta1": (0.0, 1.0, False),
+    "beta2": (0.0, 1.0, False),
+    "alpha": (0.0, 1.0, False),
+    "momentum": (0.0, math.inf, False),
+    "dampening": (0.0, 1.0, True),
+    "eps": (0.0, math.inf, False),
+    "weight_decay": (0.0, math.inf, False),
+    "initial_accumulator": (0.0, math.inf, False),
+    "lr_decay": (0.0, math.inf, False),
+}
+
+
+def _check_optimizer_options(name: str, options: Mapping[str, Any]) -> None:
+    """Refuse an optimizer option that is not finite, or outside its range: such a value
+    is a typo, not a setting to benchmark (a beta of 1.5 makes Adam's bias correction
+    the root of a negative number)."""
+    for key, value in options.items():
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            continue  # the optimizer says what it takes
+        if not math.isfinite(value):
+            raise UsageError(
+                f"recipe {name}: optimizer_options.{key} must be a finite number, got {value!r}"
+            )
+        bounds = _OPTIMIZER_RANGES.get(str(key))
+        if bounds is None:
+            continue
+        low, high, closed = bounds
+        if value < low or value > high or (value == high and not closed):
+            shown = f"[{low:g}, {high:g}{']' if closed else ')'}"
+            raise UsageError(
+                f"recipe {name}: optimizer_options.{key} must be in {shown}, got {value!r}"
+            )
 
 
 def _installed() -> list[str]:

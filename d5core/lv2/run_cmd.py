@@ -12,6 +12,7 @@ and checks.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,6 +28,22 @@ if TYPE_CHECKING:
     from d5core.lv2.runner import TrainedRun
 
 __all__ = ["run"]
+
+
+class _FiniteFloatRange(click.FloatRange):
+    """``click.FloatRange`` that also refuses NaN and the infinities, as it refuses a word.
+
+    ``FloatRange`` lets ``nan`` through its bounds (no comparison with NaN is true), and
+    an infinite time, size or rate is never one a benchmark can honour.
+    """
+
+    name = "float range"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if isinstance(number, float) and not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return number
 
 
 def _run_document(runs: Sequence[TrainedRun]) -> dict[str, Any]:
@@ -96,6 +113,13 @@ def _shown(value: float | None, result: dict[str, Any]) -> str:
     return f"{value:.6g} {result.get('unit', '')}".rstrip()
 
 
+#: Under the summary of repeated runs: why their first is as fast as the others.
+_WARMED = (
+    "(one unstored warm-up run trained first, so that no repeat pays the process's "
+    "one-time costs: imports, compilation, caches)"
+)
+
+
 def _echo_summary(runs: Sequence[TrainedRun]) -> None:
     """The summary line of repeated runs."""
     from d5core.lv2.runner import repeat_summary
@@ -108,12 +132,34 @@ def _echo_summary(runs: Sequence[TrainedRun]) -> None:
             f"perplexity; time to perplexity olympic mean "
             f"{'-' if olympic is None else f'{olympic:.3f} s'}"
         )
+        click.echo(_WARMED)
         return
     olympic = summary["time_to_accuracy_olympic_mean"]
     click.echo(
         f"{len(runs)} runs, {summary['reached_target']} reached the target; time to accuracy "
         f"olympic mean {'-' if olympic is None else f'{olympic:.3f} s'}"
     )
+    click.echo(_WARMED)
+
+
+def _check_communicator_variable() -> None:
+    """Refuse a ``D5_DISTRIBUTED_COMMUNICATOR`` that names no installed communicator:
+    set by the user, it would be ignored by a one-process run and overridden by the
+    launcher's, so the run would not be what was asked for."""
+    import os
+
+    from d5core.lv3.launch import COMMUNICATOR_ENV
+    from d5core.plugins import get_plugin_manager
+
+    name = os.environ.get(COMMUNICATOR_ENV, "")
+    if not name:
+        return
+    installed = sorted(get_plugin_manager().names("d5.communication"))
+    if name not in installed:
+        raise UsageError(
+            f"{COMMUNICATOR_ENV}={name!r} names no installed communicator (d5.communication: "
+            f"{', '.join(installed) or 'none'}); set it to one of them, or unset it"
+        )
 
 
 def _rank_argv(
@@ -159,7 +205,7 @@ def _rank_argv(
 )
 @click.option(
     "--repeat",
-    type=click.IntRange(min=1),
+    type=click.IntRange(min=1, max=10_000),
     default=1,
     show_default=True,
     help="Run N times with seeds SEED, SEED+1, ... (every run keeps a seed FIXED by the "
@@ -187,7 +233,7 @@ def _rank_argv(
 )
 @click.option(
     "--rank-timeout",
-    type=click.FloatRange(min=1.0),
+    type=_FiniteFloatRange(min=1.0),
     default=30.0,
     show_default=True,
     help="Kill the job when a rank gives no sign of life for this many seconds.",
@@ -232,6 +278,7 @@ def run(
     """
     from d5core.loadgen.recipe import is_inference_recipe
 
+    _check_communicator_variable()
     if is_inference_recipe(recipe):
         from d5core.loadgen.scenario_cmd import run_inference_command
 

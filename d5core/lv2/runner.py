@@ -23,6 +23,7 @@ from d5core.lv2.assembly import Prepared, prepare
 
 __all__ = [
     "TrainedRun",
+    "WarmUp",
     "begin_run",
     "distributed_config",
     "first_threshold_failure",
@@ -32,6 +33,7 @@ __all__ = [
     "run_rank",
     "run_recipe",
     "train_one",
+    "warm_up",
 ]
 
 #: Units of the per-rank metrics rank 0 stores.
@@ -254,16 +256,23 @@ def begin_run(
 # -- one process ------------------------------------------------------------------------
 
 
-def train_one(store: Any, recipe: Any, seed: int, tags: Sequence[str] = ()) -> TrainedRun:
-    """Prepare, begin, train and finish one run of ``recipe`` (tagged ``tags``), its
-    samples streamed into ``store`` as it goes, and check its thresholds."""
+def train_one(
+    store: Any,
+    recipe: Any,
+    seed: int,
+    tags: Sequence[str] = (),
+    extra: Mapping[str, Any] | None = None,
+) -> TrainedRun:
+    """Prepare, begin, train and finish one run of ``recipe`` (tagged ``tags``; ``extra``
+    joins its config), its samples streamed into ``store`` as it goes, and check its
+    thresholds."""
     from d5core.environment import capture_environment
     from d5core.lv2.recipes import check_thresholds
     from d5core.lv2.recording import RunRecorder
 
     env = capture_environment(seeds={"recipe": seed})  # before the run's clock starts
     prep = Prepared(recipe, seed)
-    run_id = begin_run(store, prep, {}, env, tags)
+    run_id = begin_run(store, prep, dict(extra or {}), env, tags)
     recorder = RunRecorder(store, run_id)
     prep.trainer.on_progress = recorder
     try:
@@ -277,6 +286,46 @@ def train_one(store: Any, recipe: Any, seed: int, tags: Sequence[str] = ()) -> T
     extra.update(_record_selected(store, run_id, run))
     recorder.finish(result, _figures(run), config=extra)
     return run
+
+
+@dataclass(frozen=True)
+class WarmUp:
+    """The unstored run that :func:`run_recipe` trains before measured repeats."""
+
+    seed: int
+    #: Wall seconds it took (the one-time costs it paid, and one training).
+    seconds: float
+    #: Why it failed (``None``: it trained to its end); the repeats run anyway, and the
+    #: first one stores the failure where it fails again.
+    error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """What each repeat's config keeps of it, under ``repeat.warm_up``."""
+        return {"seed": self.seed, "seconds": self.seconds, "stored": False, "error": self.error}
+
+
+def warm_up(recipe: Any, seed: int) -> WarmUp:
+    """Train ``recipe`` once with ``seed`` and throw the run away: nothing is stored.
+
+    The first run in a process pays its one-time costs (importing the framework, its
+    kernels' first compilation and autotuning, caches, the allocator's first growth):
+    issue 28 saw torch's first repeat take 19.6 s against 1.9-4.5 s for the others. Run
+    before the measured repeats, the warm-up pays them, so that every repeat runs in
+    the same, warm process and the repeats are exchangeable. The training is seeded, so
+    the warm-up changes no repeat's result. Bad input raises
+    :class:`~d5core.errors.UsageError` as the repeats would; an error while training is
+    kept, not raised.
+    """
+    import time
+
+    started = time.perf_counter()
+    prep = Prepared(recipe, seed)  # bad input is refused here, before anything is stored
+    try:
+        prep.trainer.run()
+    except Exception as exc:  # the measured repeat stores it, should it fail again
+        error = " ".join(str(exc).split()) or type(exc).__name__
+        return WarmUp(seed, time.perf_counter() - started, f"{type(exc).__name__}: {error}")
+    return WarmUp(seed, time.perf_counter() - started)
 
 
 def run_recipe(
@@ -295,6 +344,12 @@ def run_recipe(
     ``metrics`` are installed metrics each run also measures, without a threshold
     (``--metric``); every run is tagged ``tags`` (``--tag``).
 
+    With ``repeat`` above 1, one unstored :func:`warm_up` run (the first repeat's seed)
+    trains first, so that no repeat carries the process's one-time costs; each repeat
+    stores ``repeat`` in its config: its ``index``, the ``count`` and the ``warm_up``
+    (:meth:`WarmUp.to_json`). A single run is not warmed up: it is what one ``d5 run``
+    costs, and stores no ``repeat``.
+
     ``on_run`` is called with each run as it finishes. A failed threshold is not an
     error here: see :func:`first_threshold_failure`.
 
@@ -310,8 +365,13 @@ def run_recipe(
     runs: list[TrainedRun] = []
     with ResultsStore.open(db) as store:
         store.require_writable()
+        warmed = warm_up(loaded, first_seed) if repeat > 1 else None
         for index in range(repeat):
-            run = train_one(store, loaded, first_seed if frozen else first_seed + index, tags)
+            extra = {} if warmed is None else {
+                "repeat": {"index": index, "count": repeat, "warm_up": warmed.to_json()}
+            }  # fmt: skip
+            run = train_one(store, loaded, first_seed if frozen else first_seed + index, tags,
+                            extra)  # fmt: skip
             runs.append(run)
             if on_run is not None:
                 on_run(run)

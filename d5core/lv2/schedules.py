@@ -29,6 +29,11 @@ __all__ = [
 Schedule = Callable[[int], float]
 
 
+def _is_count(value: object) -> bool:
+    """Whether ``value`` is a whole number (an ``int``, not a ``bool``)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def constant(lr: float) -> Schedule:
     """``lr`` at every step."""
     value = float(lr)
@@ -37,15 +42,20 @@ def constant(lr: float) -> Schedule:
 
 def step(lr: float, step_size: int, gamma: float = 0.1) -> Schedule:
     """``lr * gamma ** (t // step_size)``: decay by ``gamma`` every ``step_size`` steps."""
-    if step_size <= 0:
-        raise UsageError(f"schedule 'step': step_size must be positive, not {step_size}")
+    if not _is_count(step_size) or step_size <= 0:
+        raise UsageError(
+            f"schedule 'step': step_size must be positive, a whole number of steps, not "
+            f"{step_size!r}"
+        )
     return lambda t: float(lr) * float(gamma) ** (t // step_size)
 
 
 def cosine(lr: float, total_steps: int, min_lr: float = 0.0) -> Schedule:
     """Cosine annealing from ``lr`` at step 0 to ``min_lr`` at ``total_steps`` (and after)."""
-    if total_steps <= 0:
-        raise UsageError(f"schedule 'cosine': total_steps must be positive, not {total_steps}")
+    if not _is_count(total_steps) or total_steps <= 0:
+        raise UsageError(
+            f"schedule 'cosine': total_steps must be positive, a whole number, not {total_steps!r}"
+        )
 
     def schedule(t: int) -> float:
         frac = min(max(t, 0), total_steps) / total_steps
@@ -61,8 +71,10 @@ def warmup(schedule: Schedule, warmup_steps: int, start_factor: float = 0.1) -> 
     ``schedule(t) * (start_factor + (1 - start_factor) * t / warmup_steps)``; afterwards it
     is ``schedule(t)`` unchanged (PyTorch's ``LinearLR`` factor).
     """
-    if warmup_steps < 0:
-        raise UsageError(f"schedule 'warmup': warmup_steps must be >= 0, not {warmup_steps}")
+    if not _is_count(warmup_steps) or warmup_steps < 0:
+        raise UsageError(
+            f"schedule 'warmup': warmup_steps must be a whole number >= 0, not {warmup_steps!r}"
+        )
 
     def warmed(t: int) -> float:
         if t >= warmup_steps:
@@ -121,7 +133,7 @@ def make_schedule(spec: Mapping[str, Any] | float, *, total_steps: int | None = 
     :raises UsageError: one line naming an unknown schedule, option or bad value.
     """
     if isinstance(spec, int | float) and not isinstance(spec, bool):
-        return constant(float(spec))
+        return _checked("constant", constant(float(spec)), total_steps)
     if not isinstance(spec, Mapping):
         raise UsageError(f"a learning-rate schedule is a number or a mapping, not {spec!r}")
     options = dict(spec)
@@ -158,4 +170,51 @@ def make_schedule(spec: Mapping[str, Any] | float, *, total_steps: int | None = 
         raise UsageError(f"schedule {name!r}: {exc}") from None
     if not callable(schedule):
         raise UsageError(f"schedule {name!r} did not build a callable schedule")
-    return schedule
+    return _checked(str(name), schedule, total_steps)
+
+
+def _probe_steps(total_steps: int | None) -> list[int]:
+    """The steps a new schedule is tried at before a run: its start, and across the run."""
+    steps = {0, 1, 2, 10, 100}
+    if total_steps is not None and total_steps > 0:
+        steps |= {total_steps * k // 8 for k in range(9)} | {total_steps - 1}
+    return sorted(t for t in steps if t >= 0)
+
+
+def _check_rate(name: str, t: int, value: Any) -> float:
+    """``value``, the rate of schedule ``name`` at step ``t``, as a float; refused when it
+    is not a finite, non-negative number."""
+    try:
+        rate = float(value)
+    except (TypeError, ValueError):
+        raise UsageError(
+            f"schedule {name!r} gives {value!r} at step {t}, not a number; fix its options"
+        ) from None
+    if not math.isfinite(rate) or rate < 0:
+        raise UsageError(
+            f"schedule {name!r} gives the learning rate {rate!r} at step {t}; a learning "
+            f"rate must be a finite number >= 0: fix the schedule's options (lr, min_lr, "
+            f"gamma, start_factor)"
+        )
+    return rate
+
+
+def _checked(name: str, schedule: Schedule, total_steps: int | None) -> Schedule:
+    """``schedule``, tried at a few steps now and checked at every step it is asked for:
+    a negative, infinite or NaN learning rate is bad input, not a run to store."""
+    for t in _probe_steps(total_steps):
+        try:
+            value = schedule(t)
+        except UsageError:
+            raise
+        except Exception as exc:
+            raise UsageError(
+                f"schedule {name!r} fails at step {t}: {type(exc).__name__}: "
+                f"{' '.join(str(exc).split())}; fix its options"
+            ) from None
+        _check_rate(name, t, value)
+
+    def checked(t: int) -> float:
+        return _check_rate(name, t, schedule(t))
+
+    return checked

@@ -6,8 +6,9 @@ never share a row, and summarises each row with one value per run: time to accur
 MLPerf counts it (a run that missed the target is infinitely slow), final test accuracy
 and throughput; for language models (runs that store perplexity) also time to
 perplexity and final validation perplexity. Failed and unfinished runs are counted,
-not summarised. ``d5 results
-table`` renders the rows; its ``--json`` prints them (``docs/json.md``).
+not summarised. Runs measured on a busy machine are counted and marked
+(:func:`d5core.results.load.was_busy`): their times may include waiting for a core.
+``d5 results table`` renders the rows; its ``--json`` prints them (``docs/json.md``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from rich.table import Table
 
 from d5core.cli.output import console
 from d5core.errors import UsageError
+from d5core.results.load import BUSY_LEGEND, BUSY_MARK, was_busy
 from d5core.results.store import ResultsStore, RunRecord
 
 __all__ = [
@@ -146,6 +148,7 @@ def _table_row(
         "summarised": len(summarised),
         "reached_target": sum(1 for t in ttas if t is not None),
         "run_ids": [r.id for r in members],
+        "busy_runs": [r.id for r in members if was_busy(r.load_start, r.load_end)],
         "time_to_accuracy": _json_safe(time_to_accuracy_summary(ttas))
         if with_target and ttas
         else None,
@@ -206,10 +209,16 @@ def print_training_table(
         row.update(legend.row_json(legend.tag_of(r) for r in row["run_ids"]))
     for warning in mixed_recipe_warnings(by, out):
         click.echo(f"d5: warning: {warning}", err=True)
+    busy = [run_id for row in out for run_id in row["busy_runs"]]
     if as_json:
         print_json(out)
+        if busy:
+            click.echo(f"d5: warning: rows marked busy (run {', '.join(busy)}): {BUSY_LEGEND}",
+                       err=True)  # fmt: skip
     else:
         _print_table(by, out)
+        if busy:
+            console().print(BUSY_LEGEND, markup=False, highlight=False)
     print_legend(legend, facts=not as_json)
 
 
@@ -224,6 +233,8 @@ def _runs_cell(row: Mapping[str, Any]) -> str:
                          ("not_finished", "unfinished"))
         if row[k]
     ]  # fmt: skip
+    if row.get("busy_runs"):
+        shown.append(f"{len(row['busy_runs'])} {BUSY_MARK}")
     return f"{row['runs']}" + (f" ({', '.join(shown)})" if shown else "")
 
 

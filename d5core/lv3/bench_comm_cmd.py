@@ -11,6 +11,7 @@ launches, stores, and checks the store before any rank starts; the measuring its
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,7 +27,13 @@ from d5core.errors import UsageError
 if TYPE_CHECKING:
     from d5core.lv3.comm_run import CommRun
 
-__all__ = ["bench_comm"]
+__all__ = ["DEFAULT_TIMEOUT_S", "bench_comm"]
+
+#: ``--timeout``: the seconds the job on one rank count may run (the default sweep takes
+#: seconds).
+DEFAULT_TIMEOUT_S = 600.0
+#: The most ``--samples`` per size: each rank keeps every sample's time in memory.
+MAX_SAMPLES = 10_000_000
 
 
 def _size(nbytes: int) -> str:
@@ -91,7 +98,29 @@ def _check_collective(collective: str) -> str:
 def _check_samples(samples: int | None) -> int | None:
     if samples is not None and samples < 3:
         raise UsageError(f"--samples {samples}: take at least 3 samples per size")
+    if samples is not None and samples > MAX_SAMPLES:
+        raise UsageError(f"--samples {samples}: take at most {MAX_SAMPLES:,} samples per size")
     return samples
+
+
+def _check_fits(counts: Sequence[int], sizes: Sequence[int], collective: str) -> None:
+    """Refuse, before any rank starts, rank counts this machine cannot hold
+    (:func:`~d5core.lv3.launch.check_rank_count`) and buffers that cannot fit in its
+    memory: each rank holds its message, and allgather's result of every rank's."""
+    import psutil
+
+    from d5core.lv3.launch import check_rank_count
+
+    for n in counts:
+        check_rank_count(n)
+    most, largest = max(counts), max(sizes)
+    per_rank = largest * (most + 1 if collective == "allgather" else 2)
+    free = int(psutil.virtual_memory().available)
+    if per_rank * most > free:
+        raise UsageError(
+            f"--max-bytes {largest} on {most} ranks needs about {per_rank * most / 1e9:.3g} GB "
+            f"of buffers where {free / 1e9:.3g} GB is available; lower --max-bytes or --ranks"
+        )
 
 
 @click.command("comm")
@@ -112,6 +141,9 @@ def _check_samples(samples: int | None) -> int | None:
               help="The link's peak bandwidth, stored and drawn beside bus bandwidth.")  # fmt: skip
 @click.option("--rank-timeout", type=click.FloatRange(min=1.0), default=60.0, show_default=True,
               help="Kill the job when a rank shows no progress for this many seconds.")  # fmt: skip
+@click.option("--timeout", type=float, default=DEFAULT_TIMEOUT_S, show_default=True,
+              metavar="SECONDS",
+              help="Kill the job on one rank count that runs longer, and fail.")  # fmt: skip
 @click.option("--rank-out", type=click.Path(dir_okay=False, path_type=Path), default=None,
               hidden=True)  # fmt: skip
 @click.option("--sizes", "size_list", default=None, hidden=True)
@@ -127,6 +159,7 @@ def bench_comm(
     communicator: str | None,
     link_peak: float | None,
     rank_timeout: float,
+    timeout: float,
     rank_out: Path | None,
     size_list: str | None,
     tags: tuple[str, ...],
@@ -144,10 +177,12 @@ def bench_comm(
     from d5core.lv3.comm_run import run_comm_sweep, run_launched_rank
     from d5core.lv3.comm_sweep import DEFAULT_RANKS, SweepSettings, message_sizes, parse_ranks
     from d5core.lv3.launch import RankContext
+    from d5core.measure.invocations import check_timeout
 
     _check_collective(collective)
     _check_samples(samples)
-    if link_peak is not None and not link_peak > 0:
+    check_timeout(timeout)
+    if link_peak is not None and not (math.isfinite(link_peak) and link_peak > 0):
         raise UsageError(f"--link-peak {link_peak}: give the link's peak in GB/s, above 0")
     if size_list is not None:
         sizes = [int(s) for s in size_list.split(",")]
@@ -166,9 +201,11 @@ def bench_comm(
     if rank_out is not None:
         raise UsageError("--rank-out is for the ranks d5 starts itself; leave it out")
     counts = parse_ranks(ranks) if ranks is not None else list(DEFAULT_RANKS)
+    _check_fits(counts, sizes, collective)
     run = run_comm_sweep(
         counts, settings, communicator=communicator, link_peak=link_peak,
         rank_timeout=rank_timeout, tags=tags, db=db, progress=None if as_json else _say,
+        timeout=timeout,
     )  # fmt: skip
     _show(run, as_json)
 

@@ -47,6 +47,7 @@ def store_comm_run(
     link_peak: float | None,
     tags: Sequence[str],
     launcher: str,
+    timeout: float | None = None,
 ) -> CommRun:
     """Store ``results`` (rank 0's, one per rank count) in ``store`` as one complete run
     of kind ``comm`` with the sweep's settings in its config."""
@@ -60,6 +61,7 @@ def store_comm_run(
         "dtype": DTYPE,
         "communicator": communicator,
         "launcher": launcher,
+        "timeout_s": timeout,
         "raw_baseline": raw,
         "link_peak_gbps": link_peak,
         "synchronisation": SYNCHRONISATION,
@@ -81,6 +83,7 @@ def run_comm_sweep(
     tags: Sequence[str],
     db: Path | None,
     progress: Callable[[str], None] | None = None,
+    timeout: float | None = None,
 ) -> CommRun:
     """Time ``settings`` on each rank count of ``counts`` and store all of them as one run.
 
@@ -89,6 +92,8 @@ def run_comm_sweep(
 
     :param communicator: the ``d5.communication`` entry (``None``: the launcher's own).
     :param progress: called with a line as each rank count starts (``None``: quiet).
+    :param timeout: the seconds the job on one rank count may run (``None``: no limit);
+        recorded in the run's config.
     :raises UsageError: an unknown communicator, a store that cannot be written, or a
         job that ended with exit 2.
     :raises RunInterrupted: when a stop signal ended a job.
@@ -110,7 +115,8 @@ def run_comm_sweep(
                         f"timing {settings.collective} on {n} ranks ({len(settings.sizes)} sizes)"
                     )
                 result, outcome = launch_sweep(n, settings, communicator=name,
-                                               rank_timeout=rank_timeout, stop=stop)  # fmt: skip
+                                               rank_timeout=rank_timeout, stop=stop,
+                                               timeout=timeout)  # fmt: skip
                 launcher = outcome.launcher
                 if outcome.signum is not None:
                     raise RunInterrupted(
@@ -127,7 +133,8 @@ def run_comm_sweep(
                     raise CheckFailed(f"{n} ranks: {message} (nothing stored)")
                 results.append(result)
         return store_comm_run(store, results, settings, communicator=name,
-                              link_peak=link_peak, tags=tags, launcher=launcher)  # fmt: skip
+                              link_peak=link_peak, tags=tags, launcher=launcher,
+                              timeout=timeout)  # fmt: skip
 
 
 def _outside_launcher() -> str:
@@ -136,6 +143,30 @@ def _outside_launcher() -> str:
 
     found = detect_launcher()
     return str((found or {}).get("launcher") or "unknown launcher")
+
+
+def _check_store_on_rank_0(ctx: Any, db: Path | None) -> None:
+    """Rank 0 opens the store and checks it can be written, before the sweep; every rank
+    hears the verdict (a broadcast), so that a refused store ends every rank at once:
+    rank 0 with the one-line usage error, the others with exit 2 and no message."""
+    import numpy as np
+
+    from d5core.results.store import ResultsStore
+
+    refused: UsageError | None = None
+    if ctx.rank == 0:
+        try:
+            with ResultsStore.open(db) as store:
+                store.require_writable()
+        except UsageError as exc:
+            refused = exc
+    verdict = np.array([0.0 if refused is None else 1.0])
+    if ctx.size > 1:
+        verdict = np.asarray(ctx.communicator().broadcast(verdict, 0))
+    if refused is not None:
+        raise refused
+    if verdict[0] != 0.0:
+        raise SystemExit(2)
 
 
 def run_launched_rank(
@@ -152,7 +183,9 @@ def run_launched_rank(
     (:func:`~d5core.lv3.comm_sweep.run_rank`).
 
     Under d5's launcher (``rank_out`` given) rank 0 hands its results back through
-    ``rank_out``. Under an outside launcher rank 0 stores them as one run and returns it.
+    ``rank_out``. Under an outside launcher rank 0 stores them as one run and returns it,
+    after checking, before the sweep, that the store can be written (a store that cannot
+    is a usage error, and the launcher then stops the other ranks).
 
     :param ctx: the rank's :class:`~d5core.lv3.launch.RankContext`.
     :param communicator: the ``d5.communication`` entry (``None``: the launcher's own).
@@ -163,6 +196,8 @@ def run_launched_rank(
 
     if communicator is not None:
         ctx.communicator_name = communicator
+    if rank_out is None:  # under an outside launcher rank 0 stores: check it first
+        _check_store_on_rank_0(ctx, db)
     result = run_rank(ctx, settings, rank_out)
     if result is None or rank_out is not None:
         return None

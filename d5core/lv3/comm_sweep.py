@@ -294,8 +294,10 @@ def launch_sweep(
     communicator: str,
     rank_timeout: float,
     stop: Any = None,
+    timeout: float | None = None,
 ) -> tuple[dict[str, Any] | None, Any]:
-    """Run the sweep on ``ranks`` ranks under the communication plugin's launcher.
+    """Run the sweep on ``ranks`` ranks under the communication plugin's launcher;
+    ``timeout``: the seconds the job may run in all (``None``: no limit).
 
     :return: ``(result, outcome)``: rank 0's result (``None`` when the job did not end
         well) and the launch's :class:`~d5core.lv3.launch.LaunchOutcome`.
@@ -311,7 +313,7 @@ def launch_sweep(
         ]  # fmt: skip
         if settings.samples is not None:
             argv += ["--samples", str(settings.samples)]
-        outcome = launch(ranks, argv, rank_timeout=rank_timeout, stop=stop)
+        outcome = launch(ranks, argv, rank_timeout=rank_timeout, stop=stop, timeout=timeout)
         if outcome.code != 0 or outcome.signum is not None:
             return None, outcome
         try:

@@ -62,6 +62,8 @@ __all__ = [
     "NO_COMMUNICATION_PLUGIN",
     "PARENT_ENV",
     "PARENT_PID_ENV",
+    "RANKS_PER_CPU",
+    "RANK_MEMORY_BYTES",
     "RANK_METRICS",
     "RUN_ID_ENV",
     "LaunchOutcome",
@@ -70,6 +72,7 @@ __all__ = [
     "RankLauncher",
     "RunInterrupted",
     "StopSignals",
+    "check_rank_count",
     "check_rank_options",
     "detect_launcher",
     "distribution_schemes",
@@ -332,6 +335,28 @@ class _PlannedRanks(SingleProcessCommunicator):
         return self._planned
 
 
+#: Ranks one CPU may carry before a local launch is refused as a mistake.
+RANKS_PER_CPU = 32
+#: The least memory one rank needs (a Python process with numpy and a framework).
+RANK_MEMORY_BYTES = 200 * 2**20
+
+
+def check_rank_count(ranks: int) -> None:
+    """Refuse a rank count this machine cannot hold: more than :data:`RANKS_PER_CPU` per
+    logical CPU, or more than the available memory at :data:`RANK_MEMORY_BYTES` each.
+
+    :raises UsageError: one line with the figures.
+    """
+    cpus = os.cpu_count() or 1
+    fit = min(RANKS_PER_CPU * cpus, max(1, psutil.virtual_memory().available // RANK_MEMORY_BYTES))
+    if ranks > fit:
+        raise UsageError(
+            f"--ranks {ranks} would start {ranks} processes on this machine of {cpus} CPUs; at "
+            f"most {fit} fit ({RANKS_PER_CPU} per CPU, {RANK_MEMORY_BYTES // 2**20} MiB of "
+            "available memory each): use fewer ranks"
+        )
+
+
 def check_rank_options(
     settings: Mapping[str, Any],
     train_size: int,
@@ -351,6 +376,7 @@ def check_rank_options(
         training set; :param local: the local optimizer the scheme would wrap.
     :raises UsageError: one line, naming the option.
     """
+    check_rank_count(ranks)
     rank_launcher()
     batch = int(settings["batch_size"])
     if global_batch:
@@ -710,6 +736,7 @@ def launch(
     run_id: str | None = None,
     on_failure: Callable[[str | None, str], None] | None = None,
     stop: StopSignals | None = None,
+    timeout: float | None = None,
 ) -> LaunchOutcome:
     """Run ``python -m d5core ARGV`` on ``ranks`` ranks with :func:`rank_launcher`'s
     launcher and watch it.
@@ -721,10 +748,12 @@ def launch(
     then called before the outcome is returned.
     A stop signal (``stop``'s, or one noted while this runs) kills the job too; the
     outcome then carries its ``signum`` and ``on_failure`` is not called.
+    With ``timeout``, the job is killed when it runs longer than that many seconds in
+    all, and fails with "timed out after N s".
     """
     with contextlib.ExitStack() as stack:
         signals = stop if stop is not None else stack.enter_context(StopSignals())
-        return _launch(ranks, argv, rank_timeout, env, run_id, on_failure, signals)
+        return _launch(ranks, argv, rank_timeout, env, run_id, on_failure, signals, timeout)
 
 
 def _sweep_watch_directories() -> None:
@@ -753,6 +782,7 @@ def _launch(
     run_id: str | None,
     on_failure: Callable[[str | None, str], None] | None,
     stop: StopSignals,
+    timeout: float | None = None,
 ) -> LaunchOutcome:
     launcher = rank_launcher()
     if stop.received is not None:
@@ -772,7 +802,7 @@ def _launch(
                                 preexec_fn=_die_with_parent())  # fmt: skip
         try:
             return _follow(proc, launcher, directory, ranks, rank_timeout, run_id, on_failure,
-                           stop)  # fmt: skip
+                           stop, timeout)  # fmt: skip
         except BaseException:
             _kill(proc, directory, ranks)
             raise
@@ -789,6 +819,7 @@ def _follow(
     run_id: str | None,
     on_failure: Callable[[str | None, str], None] | None,
     stop: StopSignals,
+    timeout: float | None = None,
 ) -> LaunchOutcome:
     """Pass the job's output on, watch it to its end and say how it ended."""
     out: list[str] = []
@@ -807,7 +838,7 @@ def _follow(
     ]  # fmt: skip
     for t in pumps:
         t.start()
-    failure = _watch(proc, directory, ranks, rank_timeout, stop)
+    failure = _watch(proc, directory, ranks, rank_timeout, stop, timeout)
     if failure is not None:
         _kill(proc, directory, ranks)
     proc.wait()
@@ -843,9 +874,15 @@ def _read_run_id(directory: Path) -> str | None:
 
 
 def _watch(
-    proc: subprocess.Popen[str], directory: Path, ranks: int, timeout: float, stop: StopSignals
+    proc: subprocess.Popen[str],
+    directory: Path,
+    ranks: int,
+    timeout: float,
+    stop: StopSignals,
+    limit: float | None = None,
 ) -> str | None:
-    """Wait for the job; a one-line reason to kill it, or ``None`` once it ended."""
+    """Wait for the job; a one-line reason to kill it, or ``None`` once it ended.
+    ``limit``: the seconds the whole job may run."""
     started = time.monotonic()
     failed_at: dict[int, float] = {}
     while proc.poll() is None:
@@ -853,6 +890,8 @@ def _watch(
         if stop.received is not None:
             return f"interrupted by {stop.name}"
         now = time.monotonic()
+        if limit is not None and now - started > limit:
+            return f"the job on {ranks} ranks timed out after {limit:g} s"
         for rank in range(ranks):
             st = _read_status(directory, rank)
             hb = directory / f"heartbeat.{rank}"

@@ -40,18 +40,36 @@ def _pin(cpus: list[int] | None) -> list[int] | None:
 
 
 def _run_job(job: dict[str, Any], options: Any) -> dict[str, Any]:
+    """Build one job, time it and, when its builder gives a check, hold the outputs of
+    a few randomly chosen timed calls to it (accuracy while timed).
+
+    :raises CheckFailed: when those outputs are missing or differ from the untimed ones:
+        the job then fails, and its timing is not reported as a result.
+    """
+    from d5core.errors import CheckFailed
+    from d5core.measure.audit import DEFAULT_SAMPLED, OutputSample
     from d5core.measure.engine import measure
     from d5core.measure.invocations import build_job
 
     prepared = build_job(str(job["target"]), job.get("args") or {})
+    keep = None
+    if prepared.check is not None:
+        keep = OutputSample.choose(DEFAULT_SAMPLED, options.min_samples)
     m = measure(
         prepared.fn,
         options,
         name=str(job.get("name", "")),
         setup=prepared.setup,
         synchronize=prepared.synchronize,
+        keep=keep,
     )
     m.details = dict(prepared.details)
+    if prepared.check is not None and keep is not None:
+        outcome = dict(prepared.check(keep))
+        keep.outputs.clear()
+        m.details["timed_accuracy"] = outcome
+        if outcome.get("failed"):
+            raise CheckFailed(f"accuracy while timed failed: {outcome.get('detail')}")
     return m.to_json()
 
 

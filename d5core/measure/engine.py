@@ -31,6 +31,7 @@ from d5core.measure.clock import Clock, default_clock
 from d5core.measure.stats import Summary, normal_quantile, ranks_for_z, summarize
 
 if TYPE_CHECKING:
+    from d5core.measure.audit import OutputSample
     from d5core.plugins.manager import PluginManager
 
 __all__ = [
@@ -49,6 +50,12 @@ MIN_SAMPLES = 6
 _MAX_BLOCK = 10**8
 #: Single calls timed to decide between single-event and blocked timing.
 _PROBES = 3
+
+
+#: The most calls (warm-up or samples) and seconds one measurement may ask for: beyond
+#: them an option is a mistake that would run for days, not a measurement.
+MAX_CALLS = 10_000_000
+MAX_SECONDS = 86_400.0
 
 
 @dataclass
@@ -92,8 +99,12 @@ class MeasureOptions:
 
     def __post_init__(self) -> None:
         problems = []
-        if self.warmup < 0 or self.warmup_time_s < 0:
-            problems.append("warmup and warmup_time_s must not be negative")
+        if not (0 <= self.warmup <= MAX_CALLS and 0 <= self.warmup_time_s <= MAX_SECONDS):
+            problems.append(f"warmup must be 0..{MAX_CALLS} calls and 0..{MAX_SECONDS:g} s")
+        if self.max_samples > MAX_CALLS:
+            problems.append(f"max_samples must be at most {MAX_CALLS}, got {self.max_samples}")
+        if not self.time_budget_s >= 0:
+            problems.append(f"time_budget_s must be >= 0, got {self.time_budget_s}")
         if self.min_samples < MIN_SAMPLES:
             problems.append(
                 f"min_samples must be at least {MIN_SAMPLES} (no 95% interval of the median "
@@ -107,8 +118,6 @@ class MeasureOptions:
             problems.append(f"rel_ci must be >= 0, got {self.rel_ci}")
         if not 0 < self.confidence < 1:
             problems.append(f"confidence must be between 0 and 1, got {self.confidence}")
-        if not self.time_budget_s >= 0:
-            problems.append(f"time_budget_s must be >= 0, got {self.time_budget_s}")
         if not self.block_overhead_ratio > 0 or not self.single_event_factor > 0:
             problems.append("block_overhead_ratio and single_event_factor must be positive")
         if problems:
@@ -328,6 +337,7 @@ def measure(
     bus: MetricBus | None = None,
     clock: Clock | None = None,
     setup: Callable[[], object] | None = None,
+    keep: OutputSample | None = None,
 ) -> Measurement:
     """Time ``fn()`` and summarise the time per call; see the module docstring.
 
@@ -344,6 +354,10 @@ def measure(
         default (tests pass a simulated one).
     :param setup: called before each sample, outside the timed region (with blocks,
         once per block).
+    :param keep: the samples (``keep.positions``) whose last call's return value is
+        kept in ``keep.outputs``, to check after timing
+        (:attr:`d5core.measure.invocations.PreparedJob.check`). Keeping costs one reference,
+        taken inside the timed region of those samples only; nothing is copied.
     """
     opts = options if options is not None else MeasureOptions()
     apply_allocator_policy()  # once per process; the policy is recorded with the run
@@ -383,6 +397,8 @@ def measure(
         raw: list[int] = []
         append = raw.append
         publishing = bus.wants(MEASURE_SAMPLE)
+        keeping = keep.positions if keep is not None else frozenset()
+        keep_out = keep.outputs if keep is not None else None
         min_n, max_n, rel = opts.min_samples, opts.max_samples, opts.rel_ci
         next_check = min_n
         stopped_by = "max_samples"
@@ -394,12 +410,25 @@ def measure(
                 synchronize()
             if per_block:
                 f0 = page_faults()
-            t0 = read()
-            for _ in loop:
-                fn()
-            if synchronize is not None:
-                synchronize()
-            t1 = read()
+            if keeping and len(raw) in keeping:
+                # A sampled call: the block's last call keeps its return value.
+                loop = repeat(None, block - 1)
+                t0 = read()
+                for _ in loop:
+                    fn()
+                kept = fn()
+                if synchronize is not None:
+                    synchronize()
+                t1 = read()
+                keep_out.append(kept)  # type: ignore[union-attr]
+                del kept
+            else:
+                t0 = read()
+                for _ in loop:
+                    fn()
+                if synchronize is not None:
+                    synchronize()
+                t1 = read()
             if per_block:
                 faults += page_faults() - f0
             append(t1 - t0)

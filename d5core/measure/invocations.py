@@ -13,32 +13,42 @@ the machine hit every job alike), each with the measurement engine
 (:func:`d5core.measure.engine.measure`). Rounds continue until ``processes`` rounds ran,
 or stop early once every job's between-process interval lies within ``rel_ci``.
 
-A job that fails (its builder or its measurement raises, or it kills the worker) is
-reported for that job with a one-line error and left out of later rounds; the other
-jobs go on.
+A job that fails (its builder or its measurement raises, it kills the worker, or it
+runs past its time limit and the worker is killed) is reported for that job with a
+one-line error and left out of later rounds; the other jobs go on. A worker dies with
+this process (SIGKILL included), and its time limit counts from its handshake (the
+``start`` event), so a slow start on a busy machine costs no job its time.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
+import math
 import os
+import queue
 import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import IO, Any
 
 from d5core.errors import UsageError
+from d5core.measure.audit import OutputSample
 from d5core.measure.engine import Measurement, MeasureOptions
 from d5core.measure.nested import NestedSummary, summarize_nested
 from d5core.measure.stats import Summary
+from d5core.worker_protocol import die_with_parent
 
 __all__ = [
+    "DEFAULT_TIMEOUT_S",
     "PROTOCOL_VERSION",
+    "START_TIMEOUT_S",
     "Invocations",
     "Job",
     "JobResult",
@@ -47,6 +57,8 @@ __all__ = [
     "RoundRecord",
     "build_job",
     "check_cpus",
+    "check_timeout",
+    "default_timeout",
     "job_kinds",
     "job_target",
     "parse_cpus",
@@ -59,6 +71,15 @@ _WORKER_MODULE = "d5core.measure._worker"
 #: ``-P``: the worker imports d5 and the builders from where this process does, never from
 #: a ``d5core`` folder that happens to lie in the working directory (Python 3.11+).
 _SAFE_PATH: tuple[str, ...] = ("-P",) if sys.version_info >= (3, 11) else ()
+#: Seconds a worker may take to start (its handshake, before any job): a hang guard, far
+#: above the second or so an interpreter takes even on a loaded machine. A job's own time
+#: limit starts at the handshake.
+START_TIMEOUT_S = 300.0
+#: A job's time limit when none is given (``--timeout``): this, plus twice the engine's
+#: time budget (:func:`default_timeout`).
+DEFAULT_TIMEOUT_S = 300.0
+#: The most worker processes (rounds) one run may ask for.
+MAX_PROCESSES = 10_000
 
 
 # -- jobs ----------------------------------------------------------------------------------
@@ -100,6 +121,11 @@ class PreparedJob:
     synchronize: Callable[[], None] | None = None
     #: Stored with the measurement (:attr:`d5core.measure.engine.Measurement.details`).
     details: Mapping[str, Any] = field(default_factory=dict)
+    #: Accuracy while timed: given what the last calls of a few randomly chosen timed
+    #: samples returned (and which samples those were), says as a JSON-ready dict
+    #: whether they equal the untimed outputs; ``failed`` true fails the measurement
+    #: (``docs/audit.md``). ``None`` checks nothing.
+    check: Callable[[OutputSample], Mapping[str, Any]] | None = None
 
 
 def job_kinds() -> dict[str, str]:
@@ -395,10 +421,52 @@ def _process_run(event: Mapping[str, Any], index: int, pid: int, size: int) -> P
     )
 
 
+def _read_lines(stream: IO[str], sink: queue.Queue[str | None]) -> None:
+    """Put each line of ``stream`` in ``sink``, then ``None`` at its end."""
+    try:
+        for line in iter(stream.readline, ""):
+            sink.put(line)
+    except (OSError, ValueError):
+        pass
+    sink.put(None)
+
+
+def _collect(stream: IO[str], sink: list[str]) -> None:
+    with contextlib.suppress(OSError, ValueError):
+        for line in iter(stream.readline, ""):
+            sink.append(line)
+
+
+def _feed(stream: IO[str], payload: str) -> None:
+    """Write the request; a worker that died before reading it is noticed by its exit."""
+    with contextlib.suppress(OSError, ValueError):
+        stream.write(payload)
+        stream.close()
+
+
+def _kill_group(proc: subprocess.Popen[str]) -> None:
+    """SIGKILL the worker and whatever its jobs started in its process group."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        proc.kill()
+
+
 def _communicate(
-    payload: str, env: Mapping[str, str], timeout_s: float | None
+    payload: str,
+    env: Mapping[str, str],
+    timeout_s: float | None,
+    start_timeout_s: float | None = START_TIMEOUT_S,
 ) -> tuple[int, str, str, str | None]:
-    """Run one worker on ``payload``: (pid, stdout, stderr, how it failed or ``None``)."""
+    """Run one worker on ``payload``: (pid, stdout, stderr, how it failed or ``None``).
+
+    The worker dies with this process (:func:`~d5core.worker_protocol.die_with_parent`)
+    and runs in a process group of its own, which is killed with it. Its clock starts at
+    its handshake (the ``start`` event), not at its launch: until then only
+    ``start_timeout_s`` applies, so a busy machine that is slow to start a Python process
+    does not eat a job's time. From the handshake on, each job (from the previous
+    ``result`` event) may take ``timeout_s`` seconds.
+    """
     proc = subprocess.Popen(
         [sys.executable, *_SAFE_PATH, "-m", _WORKER_MODULE],
         stdin=subprocess.PIPE,
@@ -406,15 +474,71 @@ def _communicate(
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, **env} if env else None,
+        start_new_session=True,
+        preexec_fn=die_with_parent(),
     )
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    lines: queue.Queue[str | None] = queue.Queue()
+    out: list[str] = []
+    err: list[str] = []
+    threads = [
+        threading.Thread(target=_feed, args=(proc.stdin, payload), daemon=True),
+        threading.Thread(target=_read_lines, args=(proc.stdout, lines), daemon=True),
+        threading.Thread(target=_collect, args=(proc.stderr, err), daemon=True),
+    ]
+    for thread in threads:
+        thread.start()
+    failed: str | None = None
     try:
-        stdout, stderr = proc.communicate(payload, timeout=timeout_s)
+        failed = _follow(proc, lines, out, timeout_s, start_timeout_s)
+    finally:
+        if proc.poll() is None:
+            _kill_group(proc)
+        proc.wait()
+        for thread in threads:
+            thread.join(timeout=5.0)  # a grandchild may hold stderr open: do not wait on it
+    if failed is None and proc.returncode != 0:
+        failed = _exit_description(proc.returncode)
+    return proc.pid, "".join(out), "".join(err), failed
+
+
+def _follow(
+    proc: subprocess.Popen[str],
+    lines: queue.Queue[str | None],
+    out: list[str],
+    timeout_s: float | None,
+    start_timeout_s: float | None,
+) -> str | None:
+    """Read the worker's events until its standard output ends; how it overran, or
+    ``None``. The deadline moves at the handshake and at each job's result."""
+    now = time.monotonic()
+    deadline = None if start_timeout_s is None else now + start_timeout_s
+    started = False
+    while True:
+        wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+        try:
+            line = lines.get(timeout=wait)
+        except queue.Empty:
+            _kill_group(proc)
+            if started:
+                return f"timed out after {timeout_s:g} s"
+            return f"did not start within {start_timeout_s:g} s"
+        if line is None:
+            break
+        out.append(line)
+        event = _parse_lines(line)
+        if event and event[0]["event"] in ("start", "result"):
+            started = True
+            deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    # The protocol ended: the worker is exiting (or closed its stream and lingers).
+    try:
+        proc.wait(timeout=None if deadline is None else max(0.0, deadline - time.monotonic()))
     except subprocess.TimeoutExpired:
-        proc.kill()
-        stdout, stderr = proc.communicate()
-        return proc.pid, stdout, stderr, f"timed out after {timeout_s:g} s"
-    failed = None if proc.returncode == 0 else _exit_description(proc.returncode)
-    return proc.pid, stdout, stderr, failed
+        _kill_group(proc)
+        if started:
+            return f"timed out after {timeout_s:g} s"
+        return f"did not start within {start_timeout_s:g} s"
+    return None
 
 
 def _run_round(
@@ -426,11 +550,12 @@ def _run_round(
     cpus: list[int] | None,
     timeout_s: float | None,
     env: Mapping[str, str],
+    start_timeout_s: float | None = START_TIMEOUT_S,
 ) -> RoundRecord:
     """Start one worker for ``order`` and turn what it reports into a :class:`RoundRecord`."""
     start = time.perf_counter()
     payload = _payload(jobs, targets, order, options, cpus)
-    pid, stdout, stderr, failed = _communicate(payload, env, timeout_s)
+    pid, stdout, stderr, failed = _communicate(payload, env, timeout_s, start_timeout_s)
     record = RoundRecord(
         index=index, pid=pid, order=list(order), cpus=None, elapsed_s=time.perf_counter() - start
     )
@@ -459,13 +584,33 @@ def _blame(record: RoundRecord, pending: list[int], how: str, stderr: str, start
     detail = _last_error_line(stderr)
     suffix = f": {detail}" if detail else ""
     if not started:
+        when = "" if how.startswith("did not start") else " before running any job"
         for job in pending:
-            record.failures[job] = f"the worker process {how} before running any job{suffix}"
+            record.failures[job] = f"the worker process {how}{when}{suffix}"
     else:
         record.failures[pending[0]] = f"the worker process {how} while running it{suffix}"
 
 
 # -- the rounds ----------------------------------------------------------------------------
+
+
+def default_timeout(options: MeasureOptions | None = None) -> float:
+    """A job's time limit when none is given: :data:`DEFAULT_TIMEOUT_S` plus twice the
+    engine's time budget, so that a long ``--time-budget`` is never cut short by it."""
+    budget = 0.0 if options is None else float(options.time_budget_s)
+    return DEFAULT_TIMEOUT_S + 2.0 * budget
+
+
+def check_timeout(value: float | None, option: str = "--timeout") -> float | None:
+    """``value`` when it is a usable time limit in seconds (``None`` stays ``None``).
+
+    :raises UsageError: for zero, a negative number, NaN or infinity.
+    """
+    if value is None:
+        return None
+    if not math.isfinite(value) or value <= 0:
+        raise UsageError(f"{option} {value}: give a time limit in seconds, a finite number above 0")
+    return float(value)
 
 
 def _check_jobs(jobs: Sequence[Job]) -> list[str]:
@@ -506,6 +651,7 @@ def run_invocations(
     time_budget_s: float | None = None,
     timeout_s: float | None = None,
     env: Mapping[str, str] | None = None,
+    start_timeout_s: float | None = START_TIMEOUT_S,
 ) -> Invocations:
     """Measure each job in up to ``processes`` fresh worker processes, one per round.
 
@@ -521,18 +667,24 @@ def run_invocations(
     :param on_process: called with each round's record once its worker has finished.
     :param time_budget_s: start no round once this much time has passed (after
         ``min_processes`` rounds).
-    :param timeout_s: kill a worker that runs longer; the job it was running fails.
+    :param timeout_s: kill a worker that spends longer on one job (counted from its
+        handshake, then from each job's result; ``None``: no limit); that job fails with
+        "timed out after N s" and the others go on in later rounds.
+    :param start_timeout_s: kill a worker that has not made its handshake this long after
+        it was launched; every job of its round fails.
     :param env: environment variables for the workers on top of this process's (thread
         settings, for example: they must be set before a library starts its threads).
     :raises UsageError: for no job, an unknown kind, arguments that are not JSON,
         fewer than one process, or CPUs that cannot be used.
     """
     targets = _check_jobs(jobs)
-    if processes < 1:
-        raise UsageError(f"--processes must be at least 1, got {processes}")
+    if not 1 <= processes <= MAX_PROCESSES:
+        raise UsageError(f"--processes must be 1..{MAX_PROCESSES}, got {processes}")
     if not rel_ci >= 0:
         raise UsageError(f"the between-process CI target must be >= 0, got {rel_ci}")
     opts = options if options is not None else MeasureOptions()
+    limit = check_timeout(timeout_s)
+    check_timeout(start_timeout_s, "the start limit")
     pinned = None if cpus is None else check_cpus(cpus)
     extra_env = {str(k): str(v) for k, v in (env or {}).items()}
     floor = max(1, min(min_processes, processes))
@@ -554,7 +706,9 @@ def run_invocations(
                 stopped_by = "time_budget"
                 break
         order = rng.sample(live, len(live))
-        record = _run_round(index, jobs, targets, order, opts, pinned, timeout_s, extra_env)
+        record = _run_round(
+            index, jobs, targets, order, opts, pinned, limit, extra_env, start_timeout_s
+        )
         rounds.append(record)
         for run in record.runs:
             results[run.job].runs.append(run)

@@ -301,8 +301,9 @@ def calibrate_into(db: Any, **options: Any) -> Calibration:
     (the default store when ``None``): what ``d5 calibrate`` does."""
     from d5core.results.store import ResultsStore
 
-    result = calibrate(**options)
     with ResultsStore.open(db) as store:
+        store.require_writable()  # a store that cannot take it is refused before measuring
+        result = calibrate(**options)
         store_calibration(store, result)
     return result
 

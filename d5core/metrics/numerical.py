@@ -71,8 +71,9 @@ class NumericalError(Metric):
         norms = {
             "l1": sum(r["l1"] for r in rows),
             "l2": math.sqrt(sum(r["l2"] ** 2 for r in rows)),
-            "max_abs": max(r["max_abs"] for r in rows),
-            "max_rel": max(r["max_rel"] for r in rows),
+            # numpy's max: a NaN norm (an output with non-finite values) is never hidden
+            "max_abs": float(np.max([r["max_abs"] for r in rows])),
+            "max_rel": float(np.max([r["max_rel"] for r in rows])),
             "nonfinite": int(sum(r["nonfinite"] for r in rows)),
         }
         out: MetricResult = {"value": json_number(norms["max_rel"]), "unit": self.unit}

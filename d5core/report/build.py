@@ -2,10 +2,11 @@
 ``d5_report_figures`` hook (d5's own come from its ``builtins`` plugin), keep the ones
 asked for, and save them (:mod:`d5core.report.writer`).
 
-What goes wrong on the way costs only its own part and is named in the report's
-problems: a plugin that raises, a section of d5's figures that fails, a figure whose key
-another plugin took first, a figure that could not be saved, figures beyond
-:data:`MAX_FIGURES`.
+Every figure that draws a run measured on a busy machine carries a note naming it
+(:func:`busy_notes`), whoever drew it. What goes wrong on the way costs only its own
+part and is named in the report's problems: a plugin that raises, a section of d5's
+figures that fails, a figure whose key another plugin took first, a figure that could
+not be saved, figures beyond :data:`MAX_FIGURES`.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import gc
 import time
 import warnings
-from collections.abc import Iterable, Iterator, MutableMapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, MutableMapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -34,9 +35,11 @@ __all__ = [
     "MAX_FIGURES",
     "DrawnFigure",
     "build_report",
+    "busy_notes",
     "collect_figures",
     "collector_paused",
     "figure_family",
+    "mark_busy_runs",
 ]
 
 #: The hook every report's figures come from.
@@ -190,6 +193,49 @@ def _keep_families(drawn: list[DrawnFigure], names: Sequence[str]) -> list[Drawn
     return kept
 
 
+#: A figure's note names at most this many busy runs one by one.
+_BUSY_NAMED = 3
+
+
+def busy_notes(figure: ReportFigure, runs: Mapping[str, ReportRun]) -> tuple[str, ...]:
+    """The notes ``figure`` needs for the runs it draws (of ``runs``, by id) that were
+    measured on a busy machine: one line per run, the first :data:`_BUSY_NAMED`, then
+    one line counting the rest; none when no run it draws was busy."""
+    from d5core.results.load import BUSY_LEGEND, busy_note
+
+    found = [
+        note
+        for rid in dict.fromkeys(figure.runs)
+        if (run := runs.get(rid)) is not None
+        and (note := busy_note(rid, run.record.load_start, run.record.load_end)) is not None
+    ]
+    if not found:
+        return ()
+    more = len(found) - _BUSY_NAMED
+    shown = found[:_BUSY_NAMED] + ([f"and {more} more busy run(s)"] if more > 0 else [])
+    return (*shown, BUSY_LEGEND)
+
+
+def mark_busy_runs(figures: Iterable[ReportFigure], runs: Sequence[ReportRun]) -> None:
+    """Add :func:`busy_notes` to each of ``figures`` that draws a busy run of ``runs``,
+    and write the mark into its picture too (top left), so that its PNG and PDF copies,
+    seen without the page, still say it."""
+    from d5core.results.load import BUSY_MARK
+
+    by_id = {run.id: run for run in runs}
+    for figure in figures:
+        notes = busy_notes(figure, by_id)
+        if not notes:
+            continue
+        figure.notes = (*figure.notes, *notes)
+        busy = sum(1 for note in notes if note.startswith(f"{BUSY_MARK} run "))
+        more = sum(int(n.split()[1]) for n in notes if n.startswith("and "))
+        figure.figure.text(
+            0.005, 0.995, f"{BUSY_MARK}: {busy + more} run(s) measured on a busy machine",
+            ha="left", va="top", fontsize=6, color="#D55E00",
+        )  # fmt: skip
+
+
 def _section_order(section: str) -> int:
     return REPORT_SECTIONS.index(section) if section in REPORT_SECTIONS else len(REPORT_SECTIONS)
 
@@ -288,6 +334,7 @@ def build_report(
             drawn = _keep_families(drawn, figures)
         drawn.sort(key=lambda d: _section_order(d.figure.section))
         drawn = _cap(drawn, problems)
+        mark_busy_runs((d.figure for d in drawn), report_runs)
         spent["figures"] = time.perf_counter() - started
 
         started = time.perf_counter()

@@ -20,11 +20,13 @@ machine changes, and no verdict is drawn across it.
 
 Scalar results (time to accuracy, final accuracy) have one value per run. The repeats
 of one recipe and setting at one commit on one machine (``d5 run --repeat``) are one
-point: their median, with a bar over their range. Between two points of at least five
-repeats each, a change is called by the Mann-Whitney test of ``d5 results compare`` on
-the repeats' values; with fewer it is ``d5 results compare``'s untested rule on the
-medians (a relative difference above the smallest effect; hollow markers). A distributed
-run (its ranks and scheme) is a series of its own.
+point: their median, with a bar over their range. A change between two points is called
+only by the two-sided Mann-Whitney test on the repeats' values, significant at alpha
+and above the smallest effect; where the points hold too few repeats for the test to
+reach alpha at all (fewer than five a side at d5's alpha of 0.01, :func:`can_reach`), no
+verdict is drawn and the panel says ``no verdict (n=a/b)``: a difference of medians
+that no test could confirm is not a finding. A distributed run (its ranks and scheme)
+is a series of its own.
 
 Without a results store (the report's hook gives none), the noise floor is
 ``min_effect``, else ``$D5_NOISE_FLOOR``, else d5's default; with ``store`` it is the one
@@ -33,7 +35,6 @@ Without a results store (the report's hook gives none), the noise floor is
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -57,8 +58,10 @@ __all__ = [
     "SKIPPED_METRICS",
     "HistoryPoint",
     "HistorySeries",
+    "can_reach",
     "figures",
     "history_series",
+    "min_repeats",
 ]
 
 #: Series drawn per section at most (one figure of small multiples each); the series
@@ -128,7 +131,8 @@ class HistorySeries:
     labels: Mapping[str, Any]
     unit: str
     better: str | None
-    #: ``True`` for a scalar result (one value per run, no interval, untested changes).
+    #: ``True`` for a scalar result (one value per run, no interval; changes tested over
+    #: the repeats of each point).
     scalar: bool
     points: list[HistoryPoint] = field(default_factory=list)
     #: One entry per consecutive pair of points (see :func:`history_series`).
@@ -367,21 +371,19 @@ def _judge(
     series: HistorySeries, a: HistoryPoint, b: HistoryPoint, alpha: float, floors: _Floors
 ) -> dict[str, Any]:
     """One step of ``series``, from point ``a`` to ``b`` (same machine)."""
-    from d5core.results.comparison import compare_measurements, compare_metric_values
+    from d5core.results.comparison import compare_measurements
 
     step: dict[str, Any] = {"from_run": a.run.id, "to_run": b.run.id, "machine_changed": False}
-    if series.scalar and min(len(a.values), len(b.values)) >= _MIN_REPEATS_TESTED:
-        return _judge_repeats(series, a, b, alpha, floors.scalar, step)
     if series.scalar:
-        assert a.metric is not None and b.metric is not None
-        row = compare_metric_values(
-            dataclasses.replace(a.metric, value=a.median),
-            dataclasses.replace(b.metric, value=b.median),
-            floors.scalar,
-        )
+        na, nb = len(a.values), len(b.values)
+        if can_reach(na, nb, alpha):
+            return _judge_repeats(series, a, b, alpha, floors.scalar, step)
         step.update(
-            verdict=row["verdict"], change=row["change"], ratio=row["ratio"], tested=False,
-            noise_floor=floors.scalar, noise_floor_source=floors.scalar_source,
+            verdict=None, change=None, tested=False, repeats=[na, nb],
+            ratio=b.median / a.median if a.median else None,
+            no_verdict=f"no verdict (n={na}/{nb})",
+            reason=f"{na} and {nb} repeats: a Mann-Whitney test of so few cannot reach "
+            f"p < {alpha:g}; {min_repeats(alpha)} a side can",
         )  # fmt: skip
         return step
     assert a.samples is not None and b.samples is not None
@@ -399,11 +401,21 @@ def _judge(
     return step
 
 
-#: Repeats needed on both sides before two points of a scalar series are told apart by a
-#: test (Mann-Whitney on the repeats' values): with four a side, even two sets that do not
-#: overlap give p = 0.029, which never reaches d5's alpha of 0.01. With fewer the change
-#: is judged untested, on the medians.
-_MIN_REPEATS_TESTED = 5
+def can_reach(n_a: int, n_b: int, alpha: float) -> bool:
+    """Whether the two-sided Mann-Whitney test of ``n_a`` values against ``n_b`` can
+    reach ``p < alpha`` at all: its smallest p (two sets that do not overlap, no ties)
+    is ``2 / C(n_a + n_b, n_a)``. With four a side that is 0.029, which never reaches
+    d5's alpha of 0.01: a verdict between such points could only be hollow."""
+    return n_a >= 1 and n_b >= 1 and 2.0 / math.comb(n_a + n_b, n_a) < alpha
+
+
+def min_repeats(alpha: float) -> int:
+    """The fewest repeats a side (the same on both) with which :func:`can_reach`
+    ``alpha``: 5 at d5's alpha of 0.01."""
+    n = 1
+    while not can_reach(n, n, alpha):
+        n += 1
+    return n
 
 
 def _judge_repeats(
@@ -480,6 +492,13 @@ def _collect(runs: Sequence[ReportRun]) -> list[HistorySeries]:
     return [s for s in found.values() if len(s.points) >= 2]
 
 
+def _alpha(alpha: float | None) -> float:
+    """``alpha``, else ``d5 results compare``'s default."""
+    from d5core.measure.nested import DEFAULT_NESTED_ALPHA
+
+    return DEFAULT_NESTED_ALPHA if alpha is None else alpha
+
+
 def _judge_all(
     found: Sequence[HistorySeries],
     *,
@@ -488,9 +507,7 @@ def _judge_all(
     min_effect: float | None,
 ) -> None:
     """Fill in the steps of each series (see :func:`history_series`)."""
-    from d5core.measure.nested import DEFAULT_NESTED_ALPHA
-
-    level = DEFAULT_NESTED_ALPHA if alpha is None else alpha
+    level = _alpha(alpha)
     floors = _Floors(store, min_effect)
     for series in found:
         series.steps = []
@@ -580,6 +597,13 @@ def _draw(ax: Axes, series: HistorySeries, colors: Mapping[str, str]) -> dict[st
             f"×{step['ratio']:.3g}", (when[i], points[i].median * factor),
             xytext=(6, 4), textcoords="offset points", fontsize=7, color=color,
         )  # fmt: skip
+    for step in series.steps:
+        if step.get("no_verdict"):
+            i = by_id[step["to_run"]]
+            ax.annotate(
+                step["no_verdict"], (when[i], points[i].median * factor), xytext=(6, -8),
+                textcoords="offset points", fontsize=6, color="#666666",
+            )  # fmt: skip
     for step in series.machine_changes:
         i = by_id[step["to_run"]]
         middle = (points[i - 1].x + points[i].x) / 2.0
@@ -607,7 +631,9 @@ def _key(section: str) -> str:
     return f"history-{section}"
 
 
-def _figure(section: str, series: Sequence[HistorySeries], total: int) -> ReportFigure:
+def _figure(
+    section: str, series: Sequence[HistorySeries], total: int, alpha: float
+) -> ReportFigure:
     """One figure of small multiples: a panel per series."""
     n = len(series)
     cols = min(3, n)
@@ -640,9 +666,10 @@ def _figure(section: str, series: Sequence[HistorySeries], total: int) -> Report
     if any(s.scalar for s in series):
         caption += (
             " Scalar results: the repeats at one commit are one point (their median, the "
-            "bar their range); a change between points of at least 5 repeats each is "
-            "tested (Mann-Whitney over the repeats), with fewer it is untested (hollow "
-            "triangles: a difference above the smallest effect)."
+            "bar their range); a change between two points is called only when the "
+            "Mann-Whitney test over their repeats is significant, which needs at least "
+            f"{min_repeats(alpha)} repeats a side; with fewer the panel says 'no verdict "
+            "(n=repeats before/after)' and draws no triangle."
         )
     older = sum(s.left_out for s in series)
     if older:
@@ -713,5 +740,5 @@ def figures(
             series.left_out = max(0, len(series.points) - max_points)
             series.points = series.points[series.left_out :]
         _judge_all(shown, store=store, alpha=alpha, min_effect=min_effect)
-        drawn.append(_figure(section, shown, len(mine)))
+        drawn.append(_figure(section, shown, len(mine), _alpha(alpha)))
     return drawn

@@ -398,6 +398,17 @@ def _problems(problems: Sequence[str]) -> str:
     )
 
 
+def _busy_cell(run: ReportRun) -> str:
+    """The busy-machine mark of a run's status cell, with its loads as a tooltip; empty
+    for a run measured on a quiet machine (or with no load recorded)."""
+    from d5core.results.load import BUSY_MARK, run_load_warnings
+
+    found = run_load_warnings(run.record.load_start, run.record.load_end)
+    if not found:
+        return ""
+    return f' <strong class="busy" title="{_e(found[0])}">{_e(BUSY_MARK)}</strong>'
+
+
 def _runs_table(runs: Sequence[ReportRun]) -> str:
     rows = []
     for run in runs:
@@ -408,15 +419,21 @@ def _runs_table(runs: Sequence[ReportRun]) -> str:
         commit_text = (
             f"<code>{_e(commit[:12])}</code>{' (dirty)' if dirty else ''}" if commit else "—"
         )
+        busy = _busy_cell(run)
         rows.append(
             f'<tr id="run-{_e(run.id)}"><td><code>{_e(run.id)}</code></td>'
-            f"<td>{_e(run.kind)}</td><td>{_e(run.name)}</td><td>{_e(run.status)}</td>"
+            f"<td>{_e(run.kind)}</td><td>{_e(run.name)}</td><td>{_e(run.status)}{busy}</td>"
             f'<td>{_e(run.created)}</td><td class="tags">{tags}</td>'
             f"<td>{_e(run.machine)}</td><td>{commit_text}</td></tr>"
         )
     tall = " tall" if len(runs) > _RUNS_UNSCROLLED else ""
+    legend = ""
+    if any(_busy_cell(run) for run in runs):
+        from d5core.results.load import BUSY_LEGEND
+
+        legend = f'<p class="note" role="note">⚠ {_e(BUSY_LEGEND)}</p>'
     return (
-        f'<section id="runs"><h2>Runs ({len(runs)})</h2>'
+        f'<section id="runs"><h2>Runs ({len(runs)})</h2>{legend}'
         f'<div class="scroll{tall}"><table class="runs">'
         "<thead><tr><th>id</th><th>kind</th><th>name</th><th>status</th><th>created</th>"
         "<th>tags</th><th>machine</th><th>commit</th></tr></thead>"

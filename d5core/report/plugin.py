@@ -1,4 +1,5 @@
-"""The report package's internal plugin: ``d5 report`` and the history figures."""
+"""The report package's internal plugin: what shows stored runs to a reader, ``d5 report``
+and ``d5 results`` (list, show, table, compare), and the history figures."""
 
 from __future__ import annotations
 
@@ -15,6 +16,9 @@ def d5_cli_commands() -> list[Any]:
     from d5core.cli.lazy import LazyCommand
 
     return [
+        LazyCommand(
+            "results", "d5core.report.results_cmd:results", "Browse and compare stored results."
+        ),
         LazyCommand(
             "report",
             "d5core.report.command:report",

@@ -24,6 +24,7 @@ REPORT_KINDS: dict[str, tuple[str, ...]] = {
     "train": ("train",),
     "dist": ("train", "comm", "dist"),
     "inference": ("inference",),
+    "audit": ("audit",),
 }
 
 #: How many of the newest runs a report draws when neither ids nor filters are given.

@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from d5core.results.load import load_difference, run_load_warnings
+from d5core.results.load import load_difference, run_load_warnings, was_busy
 from d5core.results.store import MetricRecord, ResultsStore, RunRecord
 
 if TYPE_CHECKING:
@@ -363,6 +363,7 @@ def _load_report(a: RunRecord, b: RunRecord) -> dict[str, Any]:
         return {
             "start": None if run.load_start is None else run.load_start.to_json(),
             "end": None if run.load_end is None else run.load_end.to_json(),
+            "busy": was_busy(run.load_start, run.load_end),
         }
 
     return {"baseline": loads(a), "candidate": loads(b), "warnings": warnings}

@@ -5,7 +5,9 @@ take many times longer, with samples that look just as stable. The load average 
 number of threads running or waiting for a core, averaged over 1, 5 and 15 minutes) is
 the cheapest sign of such competition. The results store records it with every run, and
 ``d5 results show`` and ``compare`` flag runs measured on a busy machine, or on machines
-whose load differed.
+whose load differed. Every table and report figure that shows a value of a busy run
+marks it with :data:`BUSY_MARK` and explains the mark in a line (:data:`BUSY_LEGEND`);
+:func:`was_busy` is the one test they all use.
 
 Judgements use the 1-minute average divided by the number of logical cores:
 
@@ -27,19 +29,31 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
+    "BUSY_LEGEND",
+    "BUSY_MARK",
     "HIGH_LOAD_PER_CORE",
     "LOAD_DIFFERENCE_PER_CORE",
     "LoadAverage",
+    "busy_note",
     "current_load",
     "load_difference",
     "peak_load_per_core",
     "run_load_warnings",
+    "was_busy",
 ]
 
 #: 1-minute load per logical core above which a run counts as measured on a busy machine.
 HIGH_LOAD_PER_CORE = 1.0
 #: Difference of the peak 1-minute load per core above which two runs' loads differed.
 LOAD_DIFFERENCE_PER_CORE = 0.5
+#: The mark a table puts beside a value measured on a busy machine.
+BUSY_MARK = "BUSY"
+#: The line under a table that shows :data:`BUSY_MARK`, saying what it means.
+BUSY_LEGEND = (
+    f"{BUSY_MARK}: measured on a busy machine (1-minute load above {HIGH_LOAD_PER_CORE:g} "
+    "per core at the start or end of the run); the value may include waiting for a core, "
+    "so measure it again on a quiet machine before trusting it"
+)
 
 
 @dataclass(frozen=True)
@@ -104,6 +118,19 @@ def peak_load_per_core(start: LoadAverage | None, end: LoadAverage | None) -> fl
     """The higher 1-minute load per core of a run's start and end (``None``: unrecorded)."""
     loads = [x.per_core for x in (start, end) if x is not None]
     return max(loads) if loads else None
+
+
+def was_busy(start: LoadAverage | None, end: LoadAverage | None) -> bool:
+    """Whether a run with these loads was measured on a busy machine (at its start or end);
+    ``False`` when neither was recorded."""
+    return any(x is not None and x.is_high() for x in (start, end))
+
+
+def busy_note(run_id: str, start: LoadAverage | None, end: LoadAverage | None) -> str | None:
+    """``run ID: the machine was busy: ...`` for a busy run (``None`` otherwise): the line
+    a report figure carries for each busy run it draws."""
+    found = run_load_warnings(start, end)
+    return f"{BUSY_MARK} run {run_id}: {found[0]}" if found else None
 
 
 def run_load_warnings(start: LoadAverage | None, end: LoadAverage | None) -> list[str]:

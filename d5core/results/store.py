@@ -21,6 +21,7 @@ import logging
 import math
 import os
 import random
+import shutil
 import socket
 import sqlite3
 import time
@@ -76,6 +77,7 @@ BUSY_TIMEOUT_S = 30.0
 
 _ID_LENGTH = 12
 _SQLITE_BUSY, _SQLITE_LOCKED = 5, 6
+_SQLITE_READONLY, _SQLITE_IOERR, _SQLITE_FULL, _SQLITE_CANTOPEN = 8, 10, 13, 14
 _log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
@@ -214,6 +216,60 @@ def _is_busy(exc: sqlite3.Error) -> bool:
 
 def _is_readonly(exc: sqlite3.Error) -> bool:
     return "readonly" in str(exc).lower() or "read-only" in str(exc).lower()
+
+
+def _primary_code(exc: sqlite3.Error) -> int | None:
+    code = getattr(exc, "sqlite_errorcode", None)
+    return code & 0xFF if isinstance(code, int) else None
+
+
+def _is_full(exc: sqlite3.Error) -> bool:
+    return _primary_code(exc) == _SQLITE_FULL or "disk is full" in str(exc).lower()
+
+
+def _free_space(path: Path) -> tuple[int | None, str]:
+    """The free bytes of the filesystem holding ``path`` and the same in words, with the
+    mount point (the nearest existing folder above ``path`` that is one)."""
+    mount = path.absolute()
+    while not (mount.exists() and os.path.ismount(mount)) and mount != mount.parent:
+        mount = mount.parent
+    try:
+        free = shutil.disk_usage(mount).free
+    except OSError:
+        return None, f"free space unknown on the filesystem at {mount}"
+    size, unit = float(free), "B"
+    for bigger in ("KiB", "MiB", "GiB", "TiB"):
+        if size < 1024:
+            break
+        size, unit = size / 1024, bigger
+    shown = f"{int(size)} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+    return free, f"{shown} free on the filesystem at {mount}"
+
+
+def _write_failure(path: Path, exc: sqlite3.Error) -> UsageError | None:
+    """A write to the database at ``path`` that failed for a reason outside d5 (a full
+    disk, a read-only file, an I/O error), as the one-line :class:`UsageError` to raise;
+    ``None`` for any other error."""
+    code = _primary_code(exc)
+    free, space = _free_space(path)
+    if _is_full(exc) or (code == _SQLITE_IOERR and free == 0):
+        return UsageError(
+            f"the results database {path} cannot grow: it or its disk is full ({space}); "
+            f"runs already stored are kept; free space there, or pass --db (or set "
+            f"{DB_ENV_VAR}) to a file on another disk"
+        )
+    if code == _SQLITE_READONLY or _is_readonly(exc):
+        return UsageError(
+            f"the results database {path} is read-only ({one_line(exc)}); pass --db with a "
+            f"writable file, or set {DB_ENV_VAR}"
+        )
+    if code in (_SQLITE_IOERR, _SQLITE_CANTOPEN):
+        return UsageError(
+            f"cannot use the results database {path} ({one_line(exc)}; {space}); "
+            f"check that disk (full? failing?), or pass --db "
+            f"(or set {DB_ENV_VAR}) to a file on another disk"
+        )
+    return None
 
 
 def _own_start_time() -> float | None:
@@ -398,6 +454,11 @@ class ResultsStore:
         db = resolve_db_path(path)
         if db.is_dir():
             raise UsageError(f"{db} is a directory, not a d5 results database; pass a file path")
+        if db.exists() and not db.is_file():
+            raise UsageError(
+                f"{db} is a device or another special file, not a d5 results database; "
+                f"pass --db (or set {DB_ENV_VAR}) with a file path"
+            )
         if not db.exists():
             if not create:
                 raise UsageError(
@@ -481,7 +542,13 @@ class ResultsStore:
                 raise
             return result
 
-        return self._retrying(attempt)
+        try:
+            return self._retrying(attempt)
+        except sqlite3.Error as exc:
+            failure = _write_failure(self._path, exc)
+            if failure is None:
+                raise
+            raise failure from exc
 
     def _prepare(self) -> None:
         conn = self._conn
@@ -522,6 +589,9 @@ class ResultsStore:
             app_id, version, tables = self._retrying(identify)
         except sqlite3.DatabaseError as exc:
             if isinstance(exc, sqlite3.OperationalError) and not _is_notadb(exc):
+                failure = _write_failure(self._path, exc)
+                if failure is not None:
+                    raise failure from exc
                 raise UsageError(f"cannot read the results database {self._path}: {exc}") from exc
             raise UsageError(f"{self._path} is not a d5 results database: {exc}") from exc
         check(app_id, version, tables)
@@ -533,6 +603,9 @@ class ResultsStore:
             self._retrying(lambda: conn.execute("PRAGMA journal_mode = WAL").fetchone())
         except sqlite3.OperationalError as exc:
             if not _is_readonly(exc):
+                failure = _write_failure(self._path, exc)
+                if failure is not None:
+                    raise failure from exc
                 raise UsageError(f"cannot use the results database {self._path}: {exc}") from exc
 
         if version < schema.latest_version(schema.MIGRATIONS):
@@ -880,7 +953,12 @@ class ResultsStore:
                     status, error = "interrupted", str(exc) or "interrupted (SIGINT)"
                 else:
                     status, error = "failed", one_line(exc)
-                self.finish_run(run_id, status, error=error)
+                try:
+                    self.finish_run(run_id, status, error=error)
+                except UsageError as unrecorded:
+                    # The same full or read-only disk: the run is left ``running``, and
+                    # reads as ``incomplete`` once this process has ended.
+                    _log.debug("could not finish run %s as %s: %s", run_id, status, unrecorded)
             raise
         if self._stored_status(run_id) == "running":
             self.finish_run(run_id)

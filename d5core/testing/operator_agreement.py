@@ -15,6 +15,14 @@ A plugin author subclasses it in a test module and names the backend::
         backend = MyBackend()
         examples = property_examples(10)
 
+Beside the drawn problems, fixed problems put NaN, +inf and -inf first, in the middle and
+last of a pooling window, a row of a matrix product or of a softmax, and in the input of an
+activation (:func:`nonfinite_problems`): the backend's outputs must hold the reference's
+non-finite values in the same places (NaN propagates, as in numpy). A backend whose
+framework genuinely differs on some of them declares those cases, each with its reason, in
+:attr:`OperatorAgreementTests.nonfinite_differences`; the test then fails if a declared case
+agrees after all, so that no declaration outlives its cause.
+
 The class attributes declare what a backend lacks or does its own way: the operators it
 offers, the spatial ranks of its convolutions and pools, the sizes drawn, zero-size
 tensors, dropout masks, tolerances, and (:meth:`OperatorAgreementTests.refusal`) problems
@@ -46,6 +54,7 @@ from d5core.validate import Tolerances, validate_operator
 __all__ = [
     "AUTO_PADS",
     "CORE_OPERATORS",
+    "NONFINITE_VALUES",
     "PROPERTIES",
     "Extents",
     "OperatorAgreementTests",
@@ -54,6 +63,7 @@ __all__ = [
     "away_from_zero",
     "broadcastable",
     "distinct",
+    "nonfinite_problems",
     "normal",
     "property_examples",
     "reference_backend",
@@ -303,6 +313,100 @@ def assert_refused(
     assert re.search(pattern, message), f"{message!r} does not match {pattern!r}"
 
 
+# -- NaN and infinity ---------------------------------------------------------------
+
+#: The non-finite values the fixed problems put in an input, by name.
+NONFINITE_VALUES: Mapping[str, float] = MappingProxyType(
+    {"nan": math.nan, "+inf": math.inf, "-inf": -math.inf}
+)
+_PLACES = ("first", "middle", "last")
+
+
+def _place(place: str, size: int) -> int:
+    return {"first": 0, "middle": size // 2, "last": size - 1}[place]
+
+
+def _with(x: np.ndarray, index: tuple[int, ...], value: float) -> np.ndarray:
+    y = np.array(x, dtype=np.float64)
+    y[index] = value
+    return y
+
+
+def nonfinite_problems(op_type: str, spatial_rank: int = 2) -> dict[str, Problem]:
+    """Fixed problems with one NaN or infinity in an input, by case id (``"nan at the
+    middle of the window"``), for the operators that have them (an empty dict for the
+    others). The value is put first, in the middle and last of what one output element
+    reads: a pooling window (of ``spatial_rank`` spatial axes), a row of A or a column of
+    B (Gemm, with ``alpha`` and ``beta`` 0 too, and C; MatMul), a softmax row, an
+    activation's input."""
+    rng = np.random.default_rng(11)
+    cases: dict[str, Problem] = {}
+    for name, value in NONFINITE_VALUES.items():
+        for place in _PLACES:
+            at = f"{name} at the {place}"
+            if op_type in ("Relu", "LeakyRelu", "Sigmoid", "Tanh"):
+                x = away_from_zero(rng, (2, 7))
+                cases[f"{at} of a row"] = ({}, [_with(x, (1, _place(place, 7)), value)])
+            elif op_type in ("MaxPool", "AveragePool"):
+                k = 3
+                shape = (1, 2, *([5] * spatial_rank))
+                x = distinct(rng, shape)
+                tap = _place(place, k)
+                index = (0, 1, *([1 + tap] * spatial_rank))  # in the window of output 1
+                attributes = {"kernel_shape": [k] * spatial_rank, "strides": [1] * spatial_rank}
+                cases[f"{at} of the window"] = (attributes, [_with(x, index, value)])
+            elif op_type == "Gemm":
+                a, b, c = normal(rng, (3, 5)), normal(rng, (5, 4)), normal(rng, (3, 4))
+                cases[f"{at} of a row of A"] = ({}, [_with(a, (1, _place(place, 5)), value), b, c])
+                cases[f"{at} of a column of B"] = (
+                    {},
+                    [a, _with(b, (_place(place, 5), 2), value), c],
+                )
+                cases[f"{at} of C"] = ({}, [a, b, _with(c, (1, _place(place, 4)), value)])
+                cases[f"{at} of a row of A, alpha 0"] = (
+                    {"alpha": 0.0},
+                    [_with(a, (1, _place(place, 5)), value), b, c],
+                )
+                cases[f"{at} of C, beta 0"] = (
+                    {"beta": 0.0},
+                    [a, b, _with(c, (_place(place, 3), 1), value)],
+                )
+            elif op_type == "MatMul":
+                a, b = normal(rng, (2, 3, 5)), normal(rng, (5, 4))
+                cases[f"{at} of a row of A"] = ({}, [_with(a, (1, 1, _place(place, 5)), value), b])
+                cases[f"{at} of a column of B"] = ({}, [a, _with(b, (_place(place, 5), 3), value)])
+            elif op_type in ("Softmax", "LogSoftmax"):
+                x = normal(rng, (3, 6))
+                cases[f"{at} of a row"] = ({"axis": -1}, [_with(x, (1, _place(place, 6)), value)])
+    return cases
+
+
+def _nonfinite_disagreement(
+    backend: OperatorBackend,
+    op_type: str,
+    attributes: Mapping[str, Any],
+    inputs: Sequence[Any],
+    dtype: str,
+    tolerances: Tolerances | None,
+) -> str:
+    """Why ``backend``'s forward differs from the reference's on a problem whose inputs
+    hold NaN or infinity (non-finite values must coincide), or ``""`` when it agrees."""
+    from d5core.validate import compare_outputs
+
+    arrays = _as_dtype(inputs, dtype)
+    descriptors = [TensorDescriptor.of(a) for a in arrays]
+    with np.errstate(all="ignore"):
+        expected = reference_backend().create(op_type, attributes, descriptors).forward(arrays)
+        try:
+            actual = backend.create(op_type, attributes, descriptors).forward(arrays)
+        except Exception as exc:  # a backend that raises on NaN disagrees, it does not crash
+            return f"raised {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    checks = compare_outputs(
+        [np.asarray(a) for a in actual], expected, tolerances=tolerances, allow_nonfinite=True
+    )
+    return "; ".join(f"{c.label}: {c.detail}" for c in checks if not c.passed)
+
+
 # -- the test base class ------------------------------------------------------------
 
 
@@ -413,6 +517,13 @@ class OperatorAgreementTests:
     zero_size_tensors: ClassVar[bool] = True
     #: Tolerances for the comparisons with the reference (d5's defaults when ``None``).
     tolerances: ClassVar[Tolerances | None] = None
+    #: The NaN and infinity cases (:func:`nonfinite_problems`) on which the backend's
+    #: framework genuinely differs from the reference, each with the reason, by
+    #: ``(op_type, pattern)`` for every dtype or ``(op_type, pattern, dtype)`` for one;
+    #: the pattern is a regular expression that must match the whole case id (``"nan at
+    #: .* of the window"``). Each declaration must still match a differing case (one that
+    #: no longer does fails the test); every case it does not match must agree.
+    nonfinite_differences: ClassVar[Mapping[tuple[str, ...], str]] = MappingProxyType({})
 
     def refusal(self, op_type: str, attributes: Mapping[str, Any]) -> str | None:
         """A regular expression the one-line error must match when the backend refuses
@@ -442,7 +553,13 @@ class OperatorAgreementTests:
     def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
         """Parametrize the tests by the subclass's operators and dtypes."""
         if "op_type" in metafunc.fixturenames:
-            metafunc.parametrize("op_type", self.operator_types())
+            ops = self.operator_types()
+            if (
+                metafunc.definition.originalname
+                == "test_nonfinite_values_land_where_the_reference_puts_them"
+            ):
+                ops = [op for op in ops if nonfinite_problems(op)]
+            metafunc.parametrize("op_type", ops)
         if "dtype" in metafunc.fixturenames:
             name = metafunc.definition.originalname
             default_problem = name == "test_d5_validates_every_default_problem"
@@ -471,6 +588,8 @@ class OperatorAgreementTests:
             cls.test_max_pool_indices_when_a_begin_pad_and_an_end_crop_cancel = None  # type: ignore[assignment]
         if "Reshape" not in offered or not cls.zero_size_tensors:
             cls.test_reshape_with_allowzero_keeps_a_literal_zero = None  # type: ignore[assignment]
+        if not any(nonfinite_problems(op) for op in offered):
+            cls.test_nonfinite_values_land_where_the_reference_puts_them = None  # type: ignore[assignment]
 
     # -- problems -------------------------------------------------------------------
 
@@ -1004,6 +1123,42 @@ class OperatorAgreementTests:
             self.check(op_type, attributes, inputs, dtype)
 
         run_property(case, self.examples)
+
+    def test_nonfinite_values_land_where_the_reference_puts_them(
+        self, op_type: str, dtype: str
+    ) -> None:
+        """NaN, +inf and -inf first, in the middle and last of a window or a row give the
+        reference's outputs, forward (ONNX defines no gradient at a non-finite point):
+        every case agrees, except those declared in :attr:`nonfinite_differences`, which
+        must still differ."""
+        rank = 2 if 2 in self.spatial_ranks else self.spatial_ranks[0]
+        differing: dict[str, str] = {}
+        for case, (attributes, inputs) in nonfinite_problems(op_type, rank).items():
+            if self.refusal(op_type, attributes) is not None:
+                continue  # refused by design: test_operator_matches_the_reference checks it
+            why = _nonfinite_disagreement(
+                self.backend, op_type, attributes, inputs, dtype, self.tolerances
+            )
+            if why:
+                differing[case] = why
+        declared = [
+            key[1]
+            for key in self.nonfinite_differences
+            if key[0] == op_type and (len(key) < 3 or key[2] == dtype)
+        ]
+        unexpected = {
+            case: why
+            for case, why in differing.items()
+            if not any(re.fullmatch(pattern, case) for pattern in declared)
+        }
+        stale = [p for p in declared if not any(re.fullmatch(p, case) for case in differing)]
+        assert not unexpected, f"{self.backend.name} {op_type} ({dtype}) differs from the " + (
+            "reference on: " + "; ".join(f"{case}: {why}" for case, why in unexpected.items())
+        )
+        assert not stale, (
+            f"{self.backend.name} {op_type} ({dtype}) now agrees with the reference on "
+            f"{stale}: remove them from nonfinite_differences"
+        )
 
     def test_backend_offers_the_declared_operators_and_each_has_a_property(self) -> None:
         assert set(self.backend.supported()) == set(self.operator_types())

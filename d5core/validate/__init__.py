@@ -22,6 +22,7 @@ from d5core.validate.operators import (
     compare_outputs,
     default_grad_outputs,
     error_metrics,
+    nonfinite_summary,
     tolerance_for,
     validate_operator,
 )
@@ -41,6 +42,7 @@ __all__ = [
     "default_grad_outputs",
     "error_metrics",
     "gradcheck",
+    "nonfinite_summary",
     "tolerance_for",
     "validate_operator",
 ]

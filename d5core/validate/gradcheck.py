@@ -62,6 +62,7 @@ def gradcheck(
     tolerance: Tolerance | None = None,
     names: Sequence[str] | None = None,
     wrt: Sequence[int] | None = None,
+    allow_nonfinite: bool = False,
 ) -> list[GradientCheck]:
     """Compare ``op``'s backward with central differences of its forward, in float64.
 
@@ -78,6 +79,9 @@ def gradcheck(
     :param tolerance: defaults to :data:`GRADCHECK_TOLERANCE`.
     :param names: input names, for the messages.
     :param wrt: indices of the inputs to check; all by default.
+    :param allow_nonfinite: let non-finite gradients pass where the central differences
+        give the same values; by default a NaN or infinity in backward's gradient fails the
+        check (:func:`~d5core.validate.operators.check_arrays`).
     :return: one check per input. A floating input for which backward returns ``None``
         fails as ``missing``, unless the operator declares it has no gradient
         (:meth:`~d5core.levels.operators.Operator.declares_no_gradient`): then it is
@@ -139,7 +143,7 @@ def gradcheck(
             continue
         if full:
             numeric = _full(loss, xs, i, eps)
-            metrics, failed, why = check_arrays(grad, numeric, tol)
+            metrics, failed, why = check_arrays(grad, numeric, tol, allow_nonfinite=allow_nonfinite)
             if failed is not None:
                 why = f"backward differs from central differences: {why}"
         else:
@@ -147,7 +151,9 @@ def gradcheck(
             vs = [v / np.linalg.norm(v) for v in vs]
             numeric = np.array([_directional(loss, xs, i, v, eps) for v in vs])
             projected = np.array([np.vdot(grad, v) for v in vs])
-            metrics, failed, why = check_arrays(projected, numeric, tol)
+            metrics, failed, why = check_arrays(
+                projected, numeric, tol, allow_nonfinite=allow_nonfinite
+            )
             if failed is not None:
                 why = f"<backward, v> differs from central differences along v: {why}"
         check.metrics, check.failed_metric, check.detail = metrics, failed, why

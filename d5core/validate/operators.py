@@ -9,6 +9,14 @@ so that a sum over many terms is not held to a tighter absolute bound than its m
 warrants. ``tol_ratio``, the largest ratio of the left side to the right side, is the
 number that decides: a check passes when it is at most 1. Integer and boolean tensors
 must match exactly.
+
+A non-finite value (NaN, +inf, -inf) in the values checked fails the check, wherever it
+is and whatever the expected value there: two NaNs at the same place agree, but their
+agreement proves nothing about the computation. The failure names the first non-finite
+value's index and how many there are. The one exception is a problem whose non-finite
+results are expected (an input holding NaN or infinity, say): with ``allow_nonfinite``
+the non-finite values must then equal the expected ones exactly, place by place, and the
+check says that it allowed them.
 """
 
 from __future__ import annotations
@@ -37,6 +45,7 @@ __all__ = [
     "compare_outputs",
     "default_grad_outputs",
     "error_metrics",
+    "nonfinite_summary",
     "tolerance_for",
     "validate_operator",
 ]
@@ -124,6 +133,10 @@ def error_metrics(actual: np.ndarray, expected: np.ndarray) -> dict[str, float]:
     """Error of ``actual`` against ``expected`` (same shape), over positions where both are
     finite; ``nonfinite`` counts positions where the non-finite values disagree.
 
+    When ``nonfinite`` is not 0 the error is not a number: every norm is then NaN (never
+    the 0 that the finite positions alone might give), so that no table shows a NaN
+    output as exact.
+
     ``l1``, ``l2`` and ``max_abs`` are norms (1, 2 and infinity) of the difference.
     ``rel_l1`` and ``rel_l2`` divide them by the same norm of ``expected`` (or by the
     smallest normal float when that is zero). ``max_rel`` is the largest element-wise
@@ -149,15 +162,41 @@ def error_metrics(actual: np.ndarray, expected: np.ndarray) -> dict[str, float]:
     floor = math.sqrt(eps) * scale
     l1 = float(d.sum())
     l2 = float(np.sqrt(np.square(d).sum()))
-    return {
+    norms = {
         "l1": l1,
         "l2": l2,
         "rel_l1": l1 / max(float(ef.sum()), tiny),
         "rel_l2": l2 / max(float(np.sqrt(np.square(ef).sum())), tiny),
         "max_abs": float(d.max(initial=0.0)),
         "max_rel": float((d / np.maximum(ef, floor)).max(initial=0.0)),
-        "nonfinite": float(nonfinite),
     }
+    if nonfinite:
+        norms = dict.fromkeys(norms, math.nan)
+    return {**norms, "nonfinite": float(nonfinite)}
+
+
+def nonfinite_summary(values: np.ndarray) -> tuple[int, tuple[int, ...] | None, str]:
+    """How many values of ``values`` are NaN or infinite, the index of the first (in C
+    order), and both in words (``"2 non-finite values (1 NaN, 1 +inf), the first at index
+    (0, 3)"``); ``(0, None, "")`` for an array without any, or one that is not floating.
+    """
+    a = np.asarray(values)
+    if not np.issubdtype(a.dtype, np.inexact):
+        return 0, None, ""
+    bad = ~np.isfinite(a)
+    count = int(np.count_nonzero(bad))
+    if not count:
+        return 0, None, ""
+    flat = int(np.argmax(bad.reshape(-1)))
+    first = tuple(int(i) for i in np.unravel_index(flat, a.shape))
+    nan = int(np.count_nonzero(np.isnan(a)))
+    pos = int(np.count_nonzero(np.isposinf(a)))
+    neg = count - nan - pos
+    kinds = ", ".join(
+        f"{n} {kind}" for n, kind in ((nan, "NaN"), (pos, "+inf"), (neg, "-inf")) if n
+    )
+    plural = "s" if count > 1 else ""
+    return count, first, f"{count} non-finite value{plural} ({kinds}), the first at index {first}"
 
 
 def _tolerance_ratio(
@@ -169,7 +208,8 @@ def _tolerance_ratio(
     finite = np.isfinite(a64) & np.isfinite(e64)
     if not finite.any():
         return 0.0, None
-    d = np.where(finite, np.abs(a64 - e64), 0.0)
+    with np.errstate(invalid="ignore"):  # inf - inf where neither is finite: masked
+        d = np.where(finite, np.abs(a64 - e64), 0.0)
     ae = np.where(finite, np.abs(e64), 0.0)
     bound = tol.atol * max(1.0, float(ae.max())) + tol.rtol * ae
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -196,7 +236,8 @@ class _Check:
     metrics: dict[str, float] = field(default_factory=dict)
     #: The metric that failed (``shape``, ``dtype``, ``nonfinite``, ``tol_ratio``, ...).
     failed_metric: str | None = None
-    #: One line explaining the failure; empty when the check passed.
+    #: One line explaining the failure; empty when the check passed, except to say that
+    #: it passed with non-finite values it was told to allow.
     detail: str = ""
 
     @property
@@ -243,10 +284,33 @@ class GradientCheck(_Check):
         return f"gradient of input {self.index}" + (f" ({self.name})" if self.name else "")
 
 
+def _first_mismatch(a: np.ndarray, e: np.ndarray) -> tuple[int, ...] | None:
+    """The index of the first position where a non-finite value of either array is not
+    matched by the same value in the other."""
+    a64 = a.astype(np.float64)
+    e64 = e.astype(np.float64)
+    same = (a64 == e64) | (np.isnan(a64) & np.isnan(e64))
+    bad = ~(np.isfinite(a64) & np.isfinite(e64)) & ~same
+    if not bad.any():
+        return None
+    flat = int(np.argmax(bad.reshape(-1)))
+    return tuple(int(i) for i in np.unravel_index(flat, bad.shape))
+
+
 def check_arrays(
-    actual: np.ndarray, expected: np.ndarray, tolerance: Tolerance
+    actual: np.ndarray,
+    expected: np.ndarray,
+    tolerance: Tolerance,
+    *,
+    allow_nonfinite: bool = False,
 ) -> tuple[dict[str, float], str | None, str]:
-    """Compare two arrays; return the metrics, the failed metric (or ``None``) and why."""
+    """Compare two arrays; return the metrics, the failed metric (or ``None``) and why.
+
+    A NaN or infinity in ``actual`` fails on ``nonfinite``, even where ``expected`` holds
+    the same value, and the metrics' norms are then NaN. With ``allow_nonfinite`` the
+    non-finite values of both must only coincide exactly; the check then passes with a
+    ``why`` that says what it allowed.
+    """
     a = np.asarray(actual)
     e = np.asarray(expected)
     if a.shape != e.shape:
@@ -255,8 +319,22 @@ def check_arrays(
     ratio, where = _tolerance_ratio(a, e, tolerance)
     metrics["tol_ratio"] = ratio
     summary = f"max_abs={_fmt(metrics['max_abs'])}, rel_l2={_fmt(metrics['rel_l2'])}"
+    count, first, described = nonfinite_summary(a)
+    if count and not allow_nonfinite:
+        for name in ("l1", "l2", "rel_l1", "rel_l2", "max_abs", "max_rel", "tol_ratio"):
+            metrics[name] = math.nan
+        assert first is not None
+        shared = ""
+        if np.issubdtype(e.dtype, np.inexact) and not np.isfinite(e[first]):
+            shared = (
+                f" (the expected value there, {e[first]}, is not finite either: agreement "
+                "between non-finite values proves nothing)"
+            )
+        return metrics, "nonfinite", described + shared
     if metrics["nonfinite"]:
-        why = f"{int(metrics['nonfinite'])} non-finite value(s) differ from the expected"
+        bad = _first_mismatch(a, e)
+        shown = f": {a[bad]} where {e[bad]} was expected at index {bad}" if bad is not None else ""
+        why = f"{int(metrics['nonfinite'])} non-finite value(s) differ from the expected{shown}"
         return metrics, "nonfinite", why
     if not ratio <= 1.0:  # NaN, from a tolerance built without checks, fails too
         at = f" at index {where}" if where is not None else ""
@@ -265,6 +343,8 @@ def check_arrays(
             f"atol={tolerance.atol:g}; {summary})"
         )
         return metrics, "tol_ratio", why
+    if count:
+        return metrics, None, f"{described}, allowed as expected, and equal to the expected ones"
     return metrics, None, ""
 
 
@@ -274,11 +354,13 @@ def compare_outputs(
     *,
     tolerances: Tolerances | None = None,
     names: Sequence[str] | None = None,
+    allow_nonfinite: bool = False,
 ) -> list[OutputCheck]:
     """Compare each actual output with the expected one at the same position.
 
     The tolerance follows the expected output's dtype (:func:`tolerance_for`); an actual
-    output of another dtype fails on ``dtype``, a missing one on ``missing``.
+    output of another dtype fails on ``dtype``, a missing one on ``missing``, one holding
+    NaN or infinity on ``nonfinite`` unless ``allow_nonfinite`` (see :func:`check_arrays`).
     """
     checks: list[OutputCheck] = []
     for i, expected in enumerate(expected_list):
@@ -299,7 +381,9 @@ def compare_outputs(
             check.passed, check.failed_metric = False, "dtype"
             check.detail = f"dtype {a.dtype} where {e.dtype} was expected"
             continue
-        metrics, failed, why = check_arrays(a, e, tolerance_for(e.dtype, tolerances))
+        metrics, failed, why = check_arrays(
+            a, e, tolerance_for(e.dtype, tolerances), allow_nonfinite=allow_nonfinite
+        )
         check.metrics, check.failed_metric, check.detail = metrics, failed, why
         check.passed = failed is None
     return checks
@@ -318,6 +402,10 @@ class ValidationReport:
     #: (:attr:`~d5core.levels.operators.Operator.no_gradient`): its gradients were not
     #: checked, and that is not a failure.
     no_gradient: bool = False
+    #: Non-finite outputs and gradients were declared expected for this problem
+    #: (``allow_nonfinite``): they passed where they equal the reference's, and the
+    #: checks that held any say so.
+    nonfinite_allowed: bool = False
 
     @property
     def passed(self) -> bool:
@@ -346,6 +434,7 @@ class ValidationReport:
             "errors": list(self.errors),
             "failures": self.failures(),
             "no_gradient": self.no_gradient,
+            "nonfinite_allowed": self.nonfinite_allowed,
         }
 
 
@@ -412,6 +501,7 @@ def _compare_gradients(
     tolerances: Tolerances | None,
     names: Sequence[str] | None,
     wrt: Sequence[int] | None,
+    allow_nonfinite: bool = False,
 ) -> list[GradientCheck]:
     checks: list[GradientCheck] = []
     for i, x in enumerate(inputs):
@@ -430,10 +520,35 @@ def _compare_gradients(
             continue
         e = np.asarray(ref)
         metrics, failed, why = check_arrays(
-            np.asarray(got), e, tolerance_for(np.asarray(x).dtype, tolerances)
+            np.asarray(got),
+            e,
+            tolerance_for(np.asarray(x).dtype, tolerances),
+            allow_nonfinite=allow_nonfinite,
         )
         check.metrics, check.failed_metric, check.detail = metrics, failed, why
         check.passed = failed is None
+    return checks
+
+
+def _finite_outputs(
+    actual: Sequence[np.ndarray], names: Sequence[str] | None, allow_nonfinite: bool
+) -> list[OutputCheck]:
+    """Checks of the outputs that hold NaN or infinity, for a candidate with nothing to
+    compare its outputs with: failed, or passed with a note when ``allow_nonfinite``."""
+    checks: list[OutputCheck] = []
+    for i, out in enumerate(actual):
+        a = np.asarray(out)
+        count, _, described = nonfinite_summary(a)
+        if not count:
+            continue
+        check = OutputCheck(
+            index=i, name=_name(names, i), shape=tuple(int(d) for d in a.shape), dtype=str(a.dtype)
+        )
+        if allow_nonfinite:
+            check.detail = f"{described}, allowed as expected (nothing to compare them with)"
+        else:
+            check.passed, check.failed_metric, check.detail = False, "nonfinite", described
+        checks.append(check)
     return checks
 
 
@@ -451,6 +566,7 @@ def validate_operator(
     input_names: Sequence[str] | None = None,
     output_names: Sequence[str] | None = None,
     float64_candidate: Operator | None = None,
+    allow_nonfinite: bool = False,
 ) -> ValidationReport:
     """Validate ``candidate`` against ``reference`` on ``inputs``.
 
@@ -459,7 +575,11 @@ def validate_operator(
     cotangents (when both are differentiable); and, when ``gradcheck`` is true, the
     candidate's backward with central differences of its own forward in float64
     (:func:`d5core.validate.gradcheck.gradcheck`). With ``reference=None`` (an operator
-    nothing else implements) only the gradient check is made.
+    nothing else implements, or the candidate itself) only the gradient check is made, and
+    the outputs are checked for NaN and infinity alone (an output holding one fails).
+
+    A NaN or infinity in the candidate's outputs or gradients fails its check, even where
+    the reference gives the same (see :func:`check_arrays`).
 
     :param grad_outputs: cotangents of the outputs; by default seeded standard-normal
         values for floating outputs and zeros for the others.
@@ -470,9 +590,16 @@ def validate_operator(
     :param float64_candidate: the candidate built for float64, for the gradient check of a
         backend that fixes its dtype when an operator is created; by default the candidate
         itself is run on float64 copies of the inputs.
+    :param allow_nonfinite: the problem declares non-finite results expected (its inputs
+        hold NaN or infinity, say): non-finite values then pass where they equal the
+        reference's exactly, and the report records that they were allowed.
     """
     op_type = candidate.op_type or (reference.op_type if reference is not None else "")
-    report = ValidationReport(op_type=op_type or type(candidate).__name__)
+    report = ValidationReport(
+        op_type=op_type or type(candidate).__name__, nonfinite_allowed=allow_nonfinite
+    )
+    if reference is candidate:  # a comparison with itself would prove nothing
+        reference = None
     arrays = [np.asarray(x) for x in inputs]
     try:
         actual = candidate.forward(arrays)
@@ -483,8 +610,16 @@ def validate_operator(
     if reference is not None:
         expected = reference.forward(arrays)
         keep = range(len(expected)) if outputs is None else list(outputs)
-        checks = compare_outputs(actual, expected, tolerances=tolerances, names=output_names)
+        checks = compare_outputs(
+            actual,
+            expected,
+            tolerances=tolerances,
+            names=output_names,
+            allow_nonfinite=allow_nonfinite,
+        )
         report.outputs = [c for c in checks if c.index in keep]
+    else:
+        report.outputs = _finite_outputs(actual, output_names, allow_nonfinite)
     if not candidate.differentiable:
         report.no_gradient = candidate.no_gradient
         report.gradients = _without_backward(candidate, arrays, input_names, wrt)
@@ -503,7 +638,7 @@ def validate_operator(
     if reference is not None and expected is not None and reference.differentiable:
         ref_grads = reference.backward(grads, arrays, expected)
         report.gradients = _compare_gradients(
-            cand_grads, ref_grads, arrays, tolerances, input_names, wrt
+            cand_grads, ref_grads, arrays, tolerances, input_names, wrt, allow_nonfinite
         )
     if gradcheck:
         from d5core.validate.gradcheck import gradcheck as run_gradcheck
@@ -516,6 +651,7 @@ def validate_operator(
                 seed=seed,
                 names=input_names,
                 wrt=wrt,
+                allow_nonfinite=allow_nonfinite,
             )
         except Exception as exc:
             report.errors.append(f"the gradient check raised {one_line(exc)}")

@@ -10,6 +10,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "gemm.h"
 #include "isa.h"
@@ -116,7 +117,23 @@ void gemm(const py::array& a, const py::array& b, py::array& y, double alpha, do
         } else if (!C) {
             scale = T(0);
         }
-        d5k::gemm<T>(m, n, k, static_cast<T>(alpha), A, B, scale, Y, n);
+        if (alpha == 0.0 && k > 0) {
+            // The reference computes alpha * (A @ B): zero times a NaN or infinite product
+            // is NaN. The GEMM, as BLAS does, skips the product when alpha is 0, so the
+            // product is made here and scaled (a degenerate case; its cost does not matter).
+            std::vector<T> product(static_cast<std::size_t>(m * n));
+            d5k::gemm<T>(m, n, k, T(1), A, B, T(0), product.data(), n);
+            for (long i = 0; i < m * n; ++i)
+                Y[i] = (scale == T(0) ? T(0) : scale * Y[i]) + T(0) * product[i];
+        } else {
+            d5k::gemm<T>(m, n, k, static_cast<T>(alpha), A, B, scale, Y, n);
+        }
+        if (C && beta == 0.0) {
+            // beta * C with beta 0 is still NaN where C is NaN or infinite (numpy's
+            // semantics, the reference's); the GEMM never reads C then, so add it here.
+            for (long i = 0; i < m; ++i)
+                for (long j = 0; j < n; ++j) Y[i * n + j] += T(0) * C->data[i * C->rs + j * C->cs];
+        }
     });
 }
 

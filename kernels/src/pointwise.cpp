@@ -8,10 +8,12 @@
 
 namespace d5k {
 
+// NaN propagates, as in numpy's maximum(x, 0): the test is written so that it is false
+// for NaN, which then passes through (a vectorized max(x, 0) would give 0).
 template <typename T>
 void relu_forward(const T* x, T* y, long size) {
 #pragma omp parallel for simd schedule(static) if (size > 262144)
-    for (long i = 0; i < size; ++i) y[i] = x[i] > T(0) ? x[i] : T(0);
+    for (long i = 0; i < size; ++i) y[i] = x[i] <= T(0) ? T(0) : x[i];
 }
 
 template <typename T>

@@ -32,6 +32,14 @@ std::vector<long> divisors(long out, long size, long s, long k, long d, long pb,
     return div;
 }
 
+// Whether tap value v replaces the window's best so far: a larger value, or the first NaN
+// (numpy's max and argmax: a NaN anywhere in the window is the window's maximum, and the
+// first NaN is its position).
+template <typename T>
+inline bool beats(T v, T best) {
+    return v > best || (v != v && best == best);
+}
+
 }  // namespace
 
 template <typename T>
@@ -53,7 +61,7 @@ void max_pool_forward(const T* x, T* y, std::int64_t* indices, long planes, long
                         const long col = ow * g.sw - g.pw + j * g.dw;
                         const bool inside = r >= 0 && r < h && col >= 0 && col < wd;
                         const T v = inside ? xs[r * wd + col] : -std::numeric_limits<T>::infinity();
-                        if (first || v > best) {
+                        if (first || beats(v, best)) {
                             best = v;
                             best_r = r;
                             best_c = col;
@@ -91,7 +99,7 @@ void max_pool_backward(const T* x, const T* dy, T* dx, long planes, long h, long
                         const long col = ow * g.sw - g.pw + j * g.dw;
                         const bool inside = r >= 0 && r < h && col >= 0 && col < wd;
                         const T v = inside ? xs[r * wd + col] : -std::numeric_limits<T>::infinity();
-                        if (first || v > best) {
+                        if (first || beats(v, best)) {
                             best = v;
                             at = inside ? r * wd + col : -1;  // a padding tap takes it away
                             first = false;

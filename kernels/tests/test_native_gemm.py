@@ -66,15 +66,19 @@ def test_gemm_crosses_every_cache_block(isa) -> None:
 
 @ISAS
 @pytest.mark.parametrize("c_shape", [(), (1, 20), (20,), (12, 1)])
-def test_gemm_broadcasts_c_and_beta_zero_ignores_it(isa, c_shape) -> None:
+def test_gemm_broadcasts_c_and_beta_zero_scales_it_as_numpy_does(isa, c_shape) -> None:
+    """beta = 0 adds 0 * C: nothing where C is finite (Y's old contents, NaN here, are
+    never read), NaN where C is NaN, as the reference's ``alpha * A B + beta * C`` gives."""
     rng = np.random.default_rng(2)
     a, b = rng.standard_normal((12, 9)), rng.standard_normal((9, 20))
     c = rng.standard_normal(c_shape)
     with runtime.using_isa(isa):
         assert relative_error(run_gemm(a, b, 1.0, 0.25, c), reference(a, b, 1.0, 0.25, c)) < 1e-12
-        beta_zero = run_gemm(a, b, 1.0, 0.0, np.full(c_shape, np.nan))
+        beta_zero = run_gemm(a, b, 1.0, 0.0, c)
+        poisoned = run_gemm(a, b, 1.0, 0.0, np.full(c_shape, np.nan))
     assert not np.isnan(beta_zero).any()
     assert relative_error(beta_zero, a @ b) < 1e-12
+    assert np.isnan(poisoned).all()
 
 
 @DTYPES

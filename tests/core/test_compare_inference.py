@@ -88,3 +88,20 @@ def test_runs_under_the_same_load_raise_no_setting_warning(tmp_path):
     assert c.settings_warnings == [] and c.threads["warnings"] == []
     assert {m["verdict"] for m in c.metrics} == {"same"}
     assert c.comparisons[0]["verdict"] == "same"
+
+
+def test_the_table_says_each_untested_scalar_verdict_may_be_noise(tmp_path, d5_cli):
+    """Issue 28 ("a hollow better"): a scalar metric has one value a side, so no test can
+    confirm its change; every such verdict says so in its row, not only in the caption."""
+    rng = np.random.default_rng(2)
+    fast = [float(v) for v in rng.uniform(1e-3, 1.2e-3, 200)]
+    db = tmp_path / "results.sqlite"
+    with ResultsStore.open(db) as store:
+        a = _run(store, _result(tmp_path, fast, qps=100.0, valid=True, threads=1))
+        b = _run(store, _result(tmp_path, [v * 3 for v in fast], qps=100.0, valid=True,
+                                threads=1))  # fmt: skip
+    out = d5_cli("results", "compare", a, b, "--db", str(db)).stdout
+    rows = [" ".join(line.split()) for line in out.splitlines() if "latency_p" in line]
+    assert len(rows) == 6
+    for row in rows:
+        assert "worse (slower) (untested: one value a side, may be noise)" in row

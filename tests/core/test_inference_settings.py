@@ -407,7 +407,7 @@ def test_resolve_settings_fills_only_what_was_left_out() -> None:
     assert resolve_settings(given, WARM).target_qps == 42.0
     assert resolve_settings(given, WARM).latency_bound_ms == 5.0
     offline = resolve_settings(ScenarioSettings("offline"), WARM).expected_qps
-    assert offline == round(OFFLINE_HEADROOM / (1 / 4000.0 + OFFLINE_SAMPLE_OVERHEAD_S), 1)
+    assert offline == round(OFFLINE_HEADROOM / (1 / 3200.0 + OFFLINE_SAMPLE_OVERHEAD_S), 1)
     multi = resolve_settings(ScenarioSettings("multi-stream"), WARM)
     assert multi.samples_per_query == DEFAULT_SAMPLES_PER_QUERY
     single = resolve_settings(ScenarioSettings("single-stream"), WARM)

@@ -13,7 +13,12 @@ import pytest
 
 from d5core.levels.report import ReportRun
 from d5core.lv1.conformance import CaseResult, ConformanceReport
-from d5core.lv1.conformance_figures import CONFORMANCE_SEGMENTS, MAX_BARS, figures
+from d5core.lv1.conformance_figures import (
+    CONFORMANCE_SEGMENTS,
+    FALLBACK_SEGMENT,
+    MAX_BARS,
+    figures,
+)
 from d5core.lv1.conformance_run import CONFORMANCE_KIND, store_conformance
 from d5core.results import ResultsStore
 from d5core.testing.report_runs import report_runs
@@ -144,3 +149,34 @@ def test_each_segment_is_a_stored_metric_name(name, tmp_path):
     db = tmp_path / "r.sqlite"
     run_id = _store(db, _report("numpy", {"passed": 1}))
     assert name in _stored_counts(db, run_id)
+
+
+def test_the_passes_a_fallback_engine_ran_are_drawn_apart_with_both_rates(tmp_path):
+    """numpy's rate counts passes that onnx.reference computed: the figure splits them
+    from the executor's own and writes both rates, so the lifted one is not read alone."""
+    db = tmp_path / "r.sqlite"
+    results = [CaseResult(f"test_fb_{i}", "Sin", "passed", fallback=("Sin",)) for i in range(6)] + [
+        CaseResult("test_own", "Relu", "passed"),
+        CaseResult("test_bad", "Relu", "failed", "x"),
+    ]
+    run_id = _store(db, ConformanceReport("numpy", results, onnx_version="1.23.2"))
+    with ResultsStore.open(db) as store:
+        assert store.get_run(run_id).config["passed_with_fallback"] == 6
+    (fig,) = figures(_runs(db))
+    (bar,) = fig.data["bars"]
+    assert (bar["passed"], bar["passed_with_fallback"]) == (7, 6)
+    ax = fig.figure.axes[0]
+    drawn = {c.get_label(): [p.get_width() for p in c] for c in ax.containers}
+    assert drawn[FALLBACK_SEGMENT[1]] == [6]
+    assert drawn["passed on its own code"] == [1]
+    texts = {t.get_text() for t in ax.texts}
+    assert "8 cases, 87.5% passed,\n12.5% on its own code" in texts
+    assert fig.notes == ()
+
+
+def test_a_run_that_did_not_record_its_fallback_passes_is_noted(tmp_path):
+    db = tmp_path / "r.sqlite"
+    _store(db, _report("numpy", {"passed": 3}), env=ENV)  # stored without the record
+    (fig,) = figures(_runs(db))
+    assert fig.data["bars"][0]["passed_with_fallback"] is None
+    assert any("did not record which passes needed a fallback" in n for n in fig.notes)

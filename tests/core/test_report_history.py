@@ -261,7 +261,11 @@ def _train_run(
     return rid
 
 
-def test_training_results_are_scalar_series_with_untested_changes(store) -> None:
+def _texts(figure: ReportFigure) -> list[str]:
+    return [t.get_text() for ax in figure.figure.axes for t in ax.texts]
+
+
+def test_single_training_runs_are_scalar_series_and_get_no_verdict(store) -> None:
     ids = [_train_run(store, 10.0, _commit(1)), _train_run(store, 20.0, _commit(2))]
     (figure,) = figures(report_runs(store, ids))
     assert figure.key == "history-training"
@@ -270,17 +274,40 @@ def test_training_results_are_scalar_series_with_untested_changes(store) -> None
     tta = by_metric["time_to_accuracy"]
     assert tta["medians"] == tta["ci_low"] == tta["ci_high"] == [10.0, 20.0]
     assert tta["labels"] == {"setting": "executor=numpy, batch_size=32"}
-    (change,) = tta["changes"]
-    rows = {r["name"]: r for r in compare_runs(store, ids[0], ids[1]).metrics}
-    assert change["verdict"] == rows["time_to_accuracy"]["verdict"] == "worse"
-    assert change["tested"] is False and change["ratio"] == 2.0
+    # One value a side: no test can tell them apart, so no verdict, however large the ratio.
+    assert tta["changes"] == []
+    (step,) = tta["steps"]
+    assert step["verdict"] is None and step["tested"] is False and step["ratio"] == 2.0
+    assert step["no_verdict"] == "no verdict (n=1/1)"
     assert by_metric["final_test_accuracy"]["changes"] == []
-    assert "untested" in figure.caption
-    hollow = [
-        line for line in figure.figure.axes[0].lines + figure.figure.axes[1].lines
-        if line.get_marker() == "^"
-    ]  # fmt: skip
-    assert len(hollow) == 1 and hollow[0].get_markerfacecolor() == "none"
+    assert "no verdict" in figure.caption and "at least 5 repeats a side" in figure.caption
+    assert _texts(figure).count("no verdict (n=1/1)") == 2
+    triangles = [line for ax in figure.figure.axes for line in ax.lines
+                 if line.get_marker() in ("^", "v")]  # fmt: skip
+    assert triangles == []
+
+
+def test_a_hollow_better_of_too_few_repeats_is_no_verdict(store) -> None:
+    """Issue 28: a 9.6% difference of medians between points of 4 and 3 repeats was
+    marked 'better' though no test of so few repeats can be significant."""
+    before = [_train_run(store, v, _commit(1)) for v in (10.0, 12.5, 9.0, 11.5)]
+    after = [_train_run(store, v, _commit(2)) for v in (9.8, 10.0, 12.0)]
+    (figure,) = figures(report_runs(store, before + after))
+    tta = {s["metric"]: s for s in figure.data["series"]}["time_to_accuracy"]
+    assert tta["medians"] == [10.75, 10.0]
+    (step,) = tta["steps"]
+    assert step["verdict"] is None and tta["changes"] == []
+    assert step["no_verdict"] == "no verdict (n=4/3)" and step["repeats"] == [4, 3]
+    assert "no verdict (n=4/3)" in _texts(figure)
+
+
+def test_the_repeats_needed_follow_what_the_test_can_reach() -> None:
+    from d5core.report.history import can_reach, min_repeats
+
+    assert min_repeats(0.01) == 5 and min_repeats(0.05) == 4 and min_repeats(0.001) == 7
+    assert can_reach(5, 5, 0.01) and can_reach(4, 6, 0.01)  # smallest p 0.0079, 0.0095
+    assert not can_reach(4, 5, 0.01) and not can_reach(4, 4, 0.01)  # 0.016, 0.029
+    assert not can_reach(1, 100, 0.01)  # 2/101 = 0.0198
 
 
 def test_repeats_at_one_commit_are_one_point_and_commits_are_told_apart_by_a_test(
@@ -296,10 +323,12 @@ def test_repeats_at_one_commit_are_one_point_and_commits_are_told_apart_by_a_tes
     (step,) = tta["steps"]
     assert step["tested"] is True and step["verdict"] == "worse"
     assert step["repeats"] == [5, 5] and step["p_value"] < 0.01
-    few = [_train_run(store, v, _commit(3)) for v in (20.0, 30.0)]  # two repeats: untested
+    few = [_train_run(store, v, _commit(3)) for v in (20.0, 30.0)]  # two repeats: no test
     (figure,) = figures(report_runs(store, second + few))
     tta = {s["metric"]: s for s in figure.data["series"]}["time_to_accuracy"]
     assert tta["steps"][0]["tested"] is False and tta["steps"][0]["ratio"] == 25.0 / 20.1
+    assert tta["steps"][0]["verdict"] is None and tta["changes"] == []
+    assert tta["steps"][0]["no_verdict"] == "no verdict (n=5/2)"
 
 
 def test_repeats_alone_make_no_history_and_distributed_runs_are_their_own_series(

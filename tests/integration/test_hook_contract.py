@@ -181,9 +181,9 @@ def test_every_hook_fires_in_a_demo_like_flow(tmp_path, monkeypatch) -> None:
     d5("report", "--last", "3", "--formats", "none", "--db", str(db),
        "-o", str(tmp_path / "report.html"))  # the figure hook  # fmt: skip
     # the custom-operator glue hook: asked for every framework's glue, even when the one
-    # named has none (nothing is compiled)
+    # named has none (nothing is compiled, and the unknown name is refused)
     d5("results", "table", "--last", "1", "--kind", "op", "--db", str(db))  # the tables
-    d5("op", "build", str(CUSTOM_OP), "--frameworks", "spy-framework")
+    d5("op", "build", str(CUSTOM_OP), "--frameworks", "spy-framework", code=2)
     assert d5("spy-hello") == "hello from the spy\n"
     if _mpi_ready():  # a rank killed without an exit status is what the parent diagnoses
         d5("run", str(recipe), "--ranks", "2", "--rank-timeout", "10", "--db", str(db), code=1,

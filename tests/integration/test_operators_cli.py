@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from d5core.cli.output import read_json
+from d5core.lv0.runner import problem_for, validate_op
 from d5core.lv0.workloads.problems import DEFAULT_PROBLEMS
 
 OPS = sorted(DEFAULT_PROBLEMS)
@@ -18,13 +19,27 @@ def _private_db(tmp_path, monkeypatch):
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("backend", ["numpy", "torch"])
 @pytest.mark.parametrize("op", OPS)
-def test_every_operator_passes_validation(op, backend, dtype, d5_cli):
+def test_every_operator_passes_validation(op, backend, dtype):
+    """The checks ``d5 validate op`` runs in its worker, here in this process: one check
+    worker per operator would start torch 100 times over (the command itself is run
+    end to end below)."""
+    result = validate_op(problem_for(op), backend, dtype=dtype)
+    assert result.passed, result.report.failures()
+    assert result.against == "numpy"
+    assert result.report.outputs, "no output was compared"
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("backend", ["numpy", "torch"])
+@pytest.mark.parametrize("op", ["Conv", "Gemm", "LSTM"])
+def test_validate_op_passes_end_to_end_in_its_check_worker(op, backend, dtype, d5_cli):
     result = d5_cli("validate", "op", op, "--backend", backend, "--dtype", dtype, "--json")
     report = read_json(result.stdout)
     assert result.exit_code == 0, report["failures"]
     assert report["passed"] is True
     assert report["against"] == "numpy"
     assert report["outputs"], "no output was compared"
+    assert report["worker_failure"] == ""
 
 
 SCALED = """

@@ -11,6 +11,7 @@ import functools
 import os
 import re
 import shutil
+import signal
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
@@ -48,7 +49,9 @@ def compiler() -> str:
 
 @functools.lru_cache(maxsize=4)
 def _identity(cxx: str) -> str:
-    done = subprocess.run([cxx, "--version"], capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        [cxx, "--version"], capture_output=True, encoding="utf-8", errors="replace", check=False
+    )
     return f"{cxx}\n{done.stdout.strip()}"
 
 
@@ -63,6 +66,33 @@ def first_errors(output: str, limit: int = ERROR_LINES) -> list[str]:
     lines = [line.rstrip() for line in output.splitlines() if line.strip()]
     errors = [line for line in lines if _ERROR.match(line)]
     return (errors or lines)[:limit]
+
+
+def _run(command: Sequence[str], what: str) -> None:
+    """Run the compiler; a failure is a :class:`UsageError` with its first error lines,
+    or with why it printed none (killed by a signal, or not a compiler)."""
+    try:
+        done = subprocess.run(
+            command, capture_output=True, encoding="utf-8", errors="replace", check=False
+        )
+    except OSError as exc:
+        raise UsageError(f"cannot run the C++ compiler {command[0]!r}: {exc.strerror}") from None
+    if done.returncode == 0:
+        return
+    lines = first_errors(done.stderr or done.stdout)
+    if done.returncode < 0:
+        try:
+            name = signal.Signals(-done.returncode).name
+        except ValueError:
+            name = f"signal {-done.returncode}"
+        lines = [f"the compiler was killed by {name} (out of memory?)", *lines]
+    elif not lines:
+        lines = [
+            f"{command[0]} exited with status {done.returncode} and printed nothing; "
+            f"is $CXX a C++ compiler?"
+        ]
+    shown = "\n  ".join(lines)
+    raise UsageError(f"compiling {what} failed:\n  {shown}")
 
 
 def compile_shared(
@@ -83,10 +113,7 @@ def compile_shared(
         compiler(), "-std=c++17", "-O2", "-shared", "-fPIC",
         "-fdiagnostics-color=never", *map(str, sources), "-o", str(output), *flags,
     ]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        shown = "\n  ".join(first_errors(done.stderr or done.stdout))
-        raise UsageError(f"compiling {what} failed:\n  {shown}")
+    _run(command, what)
 
 
 def syntax_check(source: Path, include_dir: Path) -> None:
@@ -97,7 +124,4 @@ def syntax_check(source: Path, include_dir: Path) -> None:
     """
     command = [compiler(), "-std=c++17", "-fsyntax-only", "-fdiagnostics-color=never",
                f"-I{include_dir}", str(source)]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        shown = "\n  ".join(first_errors(done.stderr or done.stdout))
-        raise UsageError(f"compiling {source} failed:\n  {shown}")
+    _run(command, str(source))

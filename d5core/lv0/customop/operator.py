@@ -38,6 +38,9 @@ class CustomOperator(Operator):
         self.framework = framework
         self.kernels = kernels
         self.device = str(getattr(kernels, "device", "cpu"))
+        #: Called with ``"forward"`` or ``"backward"`` as each call into the C++ begins,
+        #: so that a check worker can say which phase a crash happened in.
+        self.on_phase: Callable[[str], None] | None = None
 
     @property
     def asynchronous(self) -> bool:  # type: ignore[override]
@@ -85,8 +88,13 @@ class CustomOperator(Operator):
             message = " ".join(str(exc).split()) or type(exc).__name__
             raise UsageError(f"{self.spec.name} on {self.framework}: {message}") from exc
 
+    def _enter(self, phase: str) -> None:
+        if self.on_phase is not None:
+            self.on_phase(phase)
+
     def forward(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         arrays = self._inputs(inputs)
+        self._enter("forward")
         return self._call(lambda: self.kernels.forward(arrays, self.attributes))
 
     def backward(
@@ -97,6 +105,7 @@ class CustomOperator(Operator):
     ) -> list[np.ndarray | None]:
         arrays = self._inputs(inputs)
         grads = self._grads(grad_outputs, arrays[0].dtype)
+        self._enter("backward")
         return list(self._call(lambda: self.kernels.backward(grads, arrays, self.attributes)))
 
     def prepare_forward(self, inputs: Sequence[np.ndarray]) -> Callable[[], Any]:

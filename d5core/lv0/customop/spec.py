@@ -26,11 +26,27 @@ _NUMBER = r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?)"
 
 @dataclass(frozen=True)
 class AttributeSpec:
-    """One declared attribute: its name, ``kind`` (``"float"`` or ``"int"``) and default."""
+    """One declared attribute: its name, ``kind`` (``"float"`` or ``"int"``), default
+    and, when declared (``D5_OP_FLOAT_ATTR("scale", 1.0, 0.1, 10.0)``), the range of the
+    values it takes, ``low`` to ``high`` inclusive."""
 
     name: str
     kind: str
     default: float | int
+    low: float | int | None = None
+    high: float | int | None = None
+
+    @property
+    def ranged(self) -> bool:
+        """Whether the attribute declares the range of its values."""
+        return self.low is not None and self.high is not None
+
+    def draw(self, rng: Any) -> float | int:
+        """A value drawn uniformly from the declared range with numpy generator ``rng``."""
+        assert self.low is not None and self.high is not None
+        if self.kind == "int":
+            return int(rng.integers(int(self.low), int(self.high) + 1))
+        return float(rng.uniform(float(self.low), float(self.high)))
 
     def coerce(self, op: str, value: Any) -> float | int:
         """``value`` as this attribute's type.
@@ -42,13 +58,17 @@ class AttributeSpec:
                 f"{op}: attribute {self.name!r} is a {self.kind}, not {value!r}; "
                 f"give a number (for example --attr {self.name}={self.default})"
             )
-        if self.kind == "int":
-            if float(value) != int(value):
-                raise UsageError(
-                    f"{op}: attribute {self.name!r} is an int, not {value!r}; give a whole number"
-                )
-            return int(value)
-        return float(value)
+        if self.kind == "int" and float(value) != int(value):
+            raise UsageError(
+                f"{op}: attribute {self.name!r} is an int, not {value!r}; give a whole number"
+            )
+        number = int(value) if self.kind == "int" else float(value)
+        if self.ranged and not (self.low <= number <= self.high):  # type: ignore[operator]
+            raise UsageError(
+                f"{op}: attribute {self.name!r} takes values from {self.low} to {self.high} "
+                f"(its declared range), not {value!r}"
+            )
+        return number
 
 
 @dataclass(frozen=True)
@@ -90,7 +110,8 @@ class OpSpec:
             "inputs": list(self.inputs),
             "outputs": list(self.outputs),
             "attributes": [
-                {"name": a.name, "kind": a.kind, "default": a.default} for a in self.attributes
+                {"name": a.name, "kind": a.kind, "default": a.default, "low": a.low, "high": a.high}
+                for a in self.attributes
             ],
             "shapes": [list(s) for s in self.shapes],
         }
@@ -112,19 +133,30 @@ def _strings(where: str, macro: str, args: str) -> list[str]:
 
 def _attribute(where: str, macro: str, args: str) -> AttributeSpec:
     kind = "float" if macro == "D5_OP_FLOAT_ATTR" else "int"
-    match = re.fullmatch(rf'\s*"([^"\\]*)"\s*,\s*({_NUMBER})\s*', args)
+    rest = rf"\s*,\s*({_NUMBER})\s*"
+    match = re.fullmatch(rf'\s*"([^"\\]*)"{rest}(?:{rest}{rest})?', args)
     if match is None:
-        raise UsageError(f'{where}: write {macro}("name", default) with a literal default')
-    name, raw = match.groups()
+        raise UsageError(
+            f'{where}: write {macro}("name", default) or {macro}("name", default, low, '
+            "high) with literal numbers"
+        )
+    name, *raws = match.groups()
     if not _INPUT.fullmatch(name):
         raise UsageError(f"{where}: attribute name {name!r} is not an identifier")
-    if kind == "int":
-        if not re.fullmatch(r"[-+]?\d+", raw):
-            raise UsageError(
-                f"{where}: the default of int attribute {name!r} must be a whole number"
-            )
-        return AttributeSpec(name, kind, int(raw))
-    return AttributeSpec(name, kind, float(raw))
+    numbers: list[float | int] = []
+    for raw in [r for r in raws if r is not None]:
+        if kind == "int" and not re.fullmatch(r"[-+]?\d+", raw):
+            raise UsageError(f"{where}: {raw} in int attribute {name!r} must be a whole number")
+        numbers.append(int(raw) if kind == "int" else float(raw))
+    if len(numbers) == 1:
+        return AttributeSpec(name, kind, numbers[0])
+    default, low, high = numbers
+    if not low <= default <= high or low == high:
+        raise UsageError(
+            f"{where}: the range of {name!r} must run from low to high (low < high) and hold "
+            f"its default, not {low} to {high} with default {default}"
+        )
+    return AttributeSpec(name, kind, default, low, high)
 
 
 def _shape(where: str, text: str) -> tuple[int, ...]:

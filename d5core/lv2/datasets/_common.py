@@ -12,6 +12,7 @@ from d5core.errors import UsageError
 __all__ = [
     "DATA_DIR_VAR",
     "SPLITS",
+    "check_data_dir",
     "check_split",
     "data_root",
     "file_sha256",
@@ -39,17 +40,47 @@ def split_index(split: str) -> int:
     return SPLITS.index(split)
 
 
+def check_data_dir() -> Path | None:
+    """``$D5_DATA_DIR`` as a path, checked: a folder this process can list; ``None``
+    when the variable is unset or empty.
+
+    :raises UsageError: one line, when it names a file, a device, a missing folder or
+        one that cannot be read (a run would otherwise ignore it, or record it as where
+        its data came from).
+    """
+    value = os.environ.get(DATA_DIR_VAR, "")
+    if not value:
+        return None
+    base = Path(value).expanduser()
+    fix = f"point {DATA_DIR_VAR} at the folder that holds one sub-folder per dataset, or unset it"
+    if not base.exists():
+        raise UsageError(f"{DATA_DIR_VAR}={value!r}: no such folder; {fix}")
+    if not base.is_dir():
+        what = "a file" if base.is_file() else "not a folder (a device or another special file)"
+        raise UsageError(f"{DATA_DIR_VAR}={value!r} is {what}; {fix}")
+    try:
+        with os.scandir(base):
+            pass
+    except OSError as exc:
+        raise UsageError(
+            f"{DATA_DIR_VAR}={value!r} cannot be read ({exc.strerror or exc}); {fix}"
+        ) from None
+    if not os.access(base, os.R_OK | os.X_OK):
+        raise UsageError(f"{DATA_DIR_VAR}={value!r} cannot be read (permission denied); {fix}")
+    return base
+
+
 def data_root(dataset: str, root: str | os.PathLike[str] | None) -> Path:
     """The folder a file-based dataset is read from.
 
-    ``root`` when given; else ``$D5_DATA_DIR/<dataset>``; else
-    ``~/.cache/d5/datasets/<dataset>``.
+    ``root`` when given; else ``$D5_DATA_DIR/<dataset>`` (checked by
+    :func:`check_data_dir`); else ``~/.cache/d5/datasets/<dataset>``.
     """
     if root is not None:
         return Path(root).expanduser()
-    base = os.environ.get(DATA_DIR_VAR)
-    if base:
-        return Path(base).expanduser() / dataset
+    base = check_data_dir()
+    if base is not None:
+        return base / dataset
     return Path.home() / ".cache" / "d5" / "datasets" / dataset
 
 

@@ -100,7 +100,11 @@ def memmap_npz_member(path: Path, key: str) -> np.ndarray:
     ``np.load`` cannot memory-map members of an ``.npz``; they are plain ``.npy``
     files stored uncompressed in the zip, so their data can be mapped at its offset.
     """
-    with zipfile.ZipFile(path) as zf:
+    try:
+        archive = zipfile.ZipFile(path)
+    except (OSError, zipfile.BadZipFile) as exc:
+        raise UsageError(f"{path} is not a readable .npz file: {exc}") from None
+    with archive as zf:
         try:
             info = zf.getinfo(f"{key}.npy")
         except KeyError:
@@ -150,6 +154,11 @@ def load_npz(
     file = Path(str(path).format(split=split)).expanduser()
     if not file.is_file():
         raise UsageError(f"dataset 'npz': file {file} not found; give an existing path")
+    if not zipfile.is_zipfile(file):
+        raise UsageError(
+            f"{file} is not an .npz file (no zip archive: empty, truncated or another "
+            f"format); write it with numpy.savez"
+        )
     if mmap:
         x = memmap_npz_member(file, x_key)
         y = memmap_npz_member(file, y_key)
@@ -162,7 +171,7 @@ def load_npz(
                         f"{file} has no array {missing[0]!r} (it has: {', '.join(data.files)})"
                     )
                 x, y = data[x_key], data[y_key]
-        except (OSError, ValueError, zipfile.BadZipFile) as exc:
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
             raise UsageError(f"{file} is not a readable .npz file: {exc}") from exc
     return ArrayDataset(
         x, y, name=f"{display_name}/{split}", num_classes=num_classes, files=(file,)

@@ -372,6 +372,10 @@ class MXAdam(MXOptimizer):
     defaults: ClassVar[dict[str, float]] = {"beta1": 0.9, "beta2": 0.999, "eps": 1e-8}
 
     def __init__(self, lr: float = 1e-3, **hyper: float) -> None:
+        for key in ("beta1", "beta2"):
+            value = hyper.get(key, self.defaults[key])
+            if isinstance(value, int | float) and not 0 <= value < 1:
+                raise UsageError(f"optimizer 'mx-adam': {key} must be in [0, 1), got {value!r}")
         super().__init__(lr, **hyper)
 
     def make(self) -> Any:
@@ -446,6 +450,9 @@ class MXRMSprop(MXOptimizer):
     }
 
     def __init__(self, lr: float = 0.01, **hyper: float) -> None:
+        alpha = hyper.get("alpha", self.defaults["alpha"])
+        if isinstance(alpha, int | float) and not 0 <= alpha < 1:
+            raise UsageError(f"optimizer 'mx-rmsprop': alpha must be in [0, 1), got {alpha!r}")
         centered = bool(hyper.get("centered", self.defaults["centered"]))
         if float(hyper.get("momentum", 0.0)) > 0 and not centered:
             raise UsageError(

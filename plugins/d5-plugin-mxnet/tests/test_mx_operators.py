@@ -10,6 +10,7 @@ what MXNet's own arguments cannot express, and its 0-d arrays, are fixed cases b
 
 from __future__ import annotations
 
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -35,9 +36,30 @@ DTYPES = pytest.mark.parametrize("dtype", ["float32", "float64"])
 CNN_OPERATORS = sorted(set(MX.supported()) - {cls.op_type for cls in TRANSFORMER_OPERATORS})
 
 
+#: Where MXNet's kernels differ from numpy on NaN (issue 28): making them agree would cost
+#: a second pass over every input inside the timed region, so the cases are declared.
+MX_NONFINITE_DIFFERENCES = MappingProxyType(
+    {
+        ("MaxPool", "nan at .* of the window"): (
+            "MXNet's pooling kernel compares with >, so a NaN never wins a window: the "
+            "window's largest number is returned where numpy gives NaN"
+        ),
+        ("Softmax", r"(nan|\+inf) at .* of a row", "float32"): (
+            "MXNet's float32 softmax takes the row maximum ignoring NaN: a row with NaN or "
+            "+inf gives 0 where numpy gives NaN (float64 agrees)"
+        ),
+        ("LogSoftmax", r"(nan|\+inf) at .* of a row", "float32"): (
+            "as Softmax: a float32 row with NaN or +inf gives finite values or -inf where "
+            "numpy gives NaN (float64 agrees)"
+        ),
+    }
+)
+
+
 class TestMXNetAgreesWithTheReference(CNNOperatorTests):
     backend = MX
     operators = CNN_OPERATORS
+    nonfinite_differences = MX_NONFINITE_DIFFERENCES
 
     examples = property_examples(6)
     default_problem_dtypes = ("float32",)

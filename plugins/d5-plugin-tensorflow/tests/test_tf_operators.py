@@ -13,6 +13,7 @@ XLA; the cases the graph composes from other kernels are fixed below.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -34,6 +35,21 @@ XLA = TensorFlowXLABackend()
 CNN_OPERATORS = sorted(set(TF.supported()) - {cls.op_type for cls in TRANSFORMER_OPERATORS})
 BACKENDS = pytest.mark.parametrize("backend", [TF, XLA], ids=lambda b: b.name)
 
+#: Where TensorFlow's kernels differ from numpy on NaN (issue 28): making them agree would
+#: cost a second pass over every input inside the timed region, so the cases are declared.
+_MAX_POOL_NAN = {
+    ("MaxPool", "nan at .* of the window"): (
+        "max_pool_with_argmax compares with >, so a NaN never wins a window: the window's "
+        "largest number and its index are returned where numpy gives NaN"
+    )
+}
+_SOFTMAX_NAN = {
+    ("Softmax", r"(nan|\+inf) at .* of a row", "float32"): (
+        "TensorFlow's float32 CPU softmax takes the row maximum with Eigen, which drops NaN: "
+        "a row with NaN or +inf gives 0 where numpy gives NaN (float64 agrees)"
+    )
+}
+
 
 class _CNNOperators(CNNOperatorTests):
     operators = CNN_OPERATORS
@@ -43,6 +59,7 @@ class TestTensorFlowAgreesWithTheReference(_CNNOperators):
     backend = TF
     examples = property_examples(10)
     default_problem_dtypes = ("float32",)
+    nonfinite_differences = MappingProxyType({**_MAX_POOL_NAN, **_SOFTMAX_NAN})
 
     def refusal(self, op_type: str, attributes: Mapping[str, Any]) -> str | None:
         """TensorFlow's CPU kernels have no convolution both dilated and strided, and no
@@ -59,6 +76,7 @@ class TestTensorFlowXLAAgreesWithTheReference(_CNNOperators):
     backend = XLA
     examples = property_examples(3, "D5_XLA_PROPERTY_EXAMPLES")
     default_problem_dtypes = ("float32",)
+    nonfinite_differences = MappingProxyType(_MAX_POOL_NAN)
 
     def excluded(self, op_type: str, attributes: Mapping[str, Any], inputs: Sequence[Any]) -> bool:
         """The backward of a dilated 3-D ConvTranspose on an input with a spatial size of

@@ -326,22 +326,22 @@ class _Translator(
                            list(a.get("output_padding") or [0] * n), group,
                            list(a.get("dilations") or [1] * n))  # fmt: skip
             full = list(y.shape[2:])
-            if auto_pad in ("SAME_UPPER", "SAME_LOWER"):  # the output is input * strides
+            if output_shape is not None or auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+                # ONNX splits the total padding: the beginning gets total - total // 2
+                # (total // 2 with SAME_UPPER); the given pads are ignored. A target
+                # larger than the full output zero-fills the end.
                 target = (
                     list(output_shape)[-n:]
                     if output_shape is not None
                     else [x.shape[2 + i] * strides[i] for i in range(n)]
                 )
-                total = [f - t for f, t in zip(full, target, strict=True)]
+                totals = [max(f - t, 0) for f, t in zip(full, target, strict=True)]
                 upper = auto_pad == "SAME_UPPER"
-                begins = [t // 2 if upper else t - t // 2 for t in total]
-                ends = [t - s for t, s in zip(total, begins, strict=True)]
+                begins = [t // 2 if upper else t - t // 2 for t in totals]
+                ends = [f - t - s for f, t, s in zip(full, target, begins, strict=True)]
             else:
                 pads = list(a.get("pads") or [0] * 2 * n)
                 begins, ends = pads[:n], pads[n:]
-                if output_shape is not None:  # cut (or zero-fill) the end to the shape
-                    target = list(output_shape)[-n:]
-                    ends = [f - s - t for f, s, t in zip(full, begins, target, strict=True)]
             # crop ONNX pads (begin/end) from the full output; a negative one pads
             crop = [p for i in reversed(range(n)) for p in (-begins[i], -ends[i])]
             return (F.pad(y, crop) if any(crop) else y,)
@@ -434,6 +434,11 @@ class _Translator(
     def op_BatchNormalization(
         self, node: onnx.NodeProto, a: dict[str, Any]
     ) -> tuple[Fn, list[str]]:
+        if not int(a.get("spatial", 1)):  # opset < 9: statistics per element, not per channel
+            raise UsageError(
+                f"node {node.name!r} (BatchNormalization): spatial=0 (per-element "
+                "statistics) is not supported by the torch executor"
+            )
         eps, m = float(a.get("epsilon", 1e-5)), float(a.get("momentum", 0.9))
         names = list(node.input[:5])
         with_statistics = len([o for o in node.output if o]) > 1

@@ -10,7 +10,7 @@
 //     D5_OP_NAME("scaled_relu");        // [a-z][a-z0-9_]*
 //     D5_OP_INPUTS("X");                // input names, in order (at least one)
 //     D5_OP_OUTPUTS("Y");               // output names; every output has input 0's shape
-//     D5_OP_FLOAT_ATTR("alpha", 0.5);   // an attribute: name and default
+//     D5_OP_FLOAT_ATTR("alpha", 0.5);   // an attribute: name and default (, low, high)
 //     D5_OP_SHAPES("64x256");           // default input shapes for validate and bench
 //
 //     void forward(const d5::Inputs& in, d5::Outputs& out, const d5::Attributes& attrs);
@@ -44,15 +44,27 @@
 #define D5_OP_NAME(name) static_assert(::d5::detail::names(name) == 1, "D5_OP_NAME: one name")
 #define D5_OP_INPUTS(...) static_assert(::d5::detail::names(__VA_ARGS__) > 0, "D5_OP_INPUTS")
 #define D5_OP_OUTPUTS(...) static_assert(::d5::detail::names(__VA_ARGS__) > 0, "D5_OP_OUTPUTS")
-#define D5_OP_FLOAT_ATTR(name, value) \
-  static_assert(sizeof(name) > 1 && sizeof(double{value}) > 0, "D5_OP_FLOAT_ATTR")
-#define D5_OP_INT_ATTR(name, value) \
-  static_assert(sizeof(name) > 1 && sizeof(std::int64_t{value}) > 0, "D5_OP_INT_ATTR")
+// An attribute: its name and default, optionally followed by the range of its values
+// (low, high), from which validation draws more values.
+#define D5_OP_FLOAT_ATTR(name, ...) \
+  static_assert(sizeof(name) > 1 && ::d5::detail::values<double>(__VA_ARGS__), "D5_OP_FLOAT_ATTR")
+#define D5_OP_INT_ATTR(name, ...) \
+  static_assert(sizeof(name) > 1 && ::d5::detail::values<std::int64_t>(__VA_ARGS__), \
+                "D5_OP_INT_ATTR")
 #define D5_OP_SHAPES(...) static_assert(::d5::detail::names(__VA_ARGS__) > 0, "D5_OP_SHAPES")
 
 namespace d5 {
 
 namespace detail {
+// Whether an attribute's numbers are a default, or a default, low and high, each of type
+// T without narrowing.
+template <typename T, typename... V>
+constexpr bool values(V...) {
+  static_assert((std::is_arithmetic<V>::value && ...), "attribute values are numbers");
+  static_assert(((std::is_integral<V>::value || std::is_floating_point<T>::value) && ...),
+                "an int attribute's values are whole numbers");
+  return sizeof...(V) == 1 || sizeof...(V) == 3;
+}
 // How many string literals a declaration lists (any other argument does not compile).
 template <typename... S>
 constexpr int names(const S&... s) {

@@ -135,6 +135,10 @@ def _conv_transpose(node: onnx.NodeProto, a: dict[str, Any], tr: Reader) -> Tran
 
 
 def _batch_norm(node: onnx.NodeProto, a: dict[str, Any], tr: Reader) -> Translated:
+    if not int(a.get("spatial", 1)):  # opset < 9: statistics per element, not per channel
+        raise node_error(
+            node, "spatial=0 (per-element statistics) is not supported by the mxnet executor"
+        )
     eps, momentum = float(a.get("epsilon", 1e-5)), float(a.get("momentum", 0.9))
     if len([o for o in node.output if o]) > 1:
         raise node_error(

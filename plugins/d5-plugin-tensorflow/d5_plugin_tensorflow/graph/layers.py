@@ -161,6 +161,11 @@ class LayerNodes(NodeBuilder):
     # -- normalization ----------------------------------------------------------------
 
     def op_BatchNormalization(self, node: onnx.NodeProto, a: dict[str, Any]) -> NodeFn:
+        if not int(a.get("spatial", 1)):  # opset < 9: statistics per element, not per channel
+            raise UsageError(
+                f"node {node.name!r} (BatchNormalization): spatial=0 (per-element "
+                "statistics) is not supported by the tensorflow executor"
+            )
         if len([o for o in node.output if o]) > 1:
             raise UsageError(
                 f"node {node.name!r} (BatchNormalization): the running-statistic outputs are "

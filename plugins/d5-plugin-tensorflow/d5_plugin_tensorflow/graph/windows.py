@@ -243,13 +243,15 @@ def conv_transpose_pads(
     extents = [(k - 1) * d + 1 for k, d in zip(kernel, dilations, strict=True)]
     full = [s * (i - 1) + op + e for i, s, op, e in
             zip(spatial, strides, output_padding, extents, strict=True)]  # fmt: skip
-    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+    if output_shape or auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        # ONNX splits the total padding: the beginning gets total - total // 2 (total // 2
+        # with SAME_UPPER), and the given pads are ignored; a larger output zero-fills.
         wanted = (
-            list(output_shape)
+            [int(o) for o in list(output_shape)[-n:]]
             if output_shape
             else [i * s for i, s in zip(spatial, strides, strict=True)]
         )
-        total = [f - o for f, o in zip(full, wanted, strict=True)]
+        total = [max(f - o, 0) for f, o in zip(full, wanted, strict=True)]
         small = [t // 2 for t in total]
         begins = (
             small
@@ -261,8 +263,6 @@ def conv_transpose_pads(
     if len(given) != 2 * n:
         raise UsageError(f"ConvTranspose attribute pads must hold {2 * n} values, not {given}")
     begins = given[:n]
-    if output_shape:
-        return begins, [int(o) for o in output_shape]
     return begins, [f - b - e for f, b, e in zip(full, begins, given[n:], strict=True)]
 
 

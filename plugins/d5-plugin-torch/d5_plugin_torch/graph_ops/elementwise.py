@@ -28,6 +28,25 @@ _UINT = {getattr(torch, f"uint{n}"): n for n in (16, 32, 64) if hasattr(torch, f
 _UINT[torch.uint8] = 8
 
 
+def _legacy_slope(node: onnx.NodeProto, x: Tensor, s: Tensor) -> Tensor:
+    """PRelu's slope before opset 7, shaped to multiply ``x``: as numpy broadcasts it
+    when it can; else a 1-d slope lies along the one axis of ``x`` of its length (the
+    channels of a per-channel slope), as onnx.reference reads it."""
+    if s.dim() <= x.dim() and all(
+        d in (1, e) for d, e in zip(reversed(s.shape), reversed(x.shape), strict=False)
+    ):
+        return s
+    axes = [i for i, d in enumerate(x.shape) if s.dim() == 1 and d == s.shape[0]]
+    if len(axes) != 1:
+        raise UsageError(
+            f"node {node.name!r} (PRelu): slope of shape {list(s.shape)} fits no single "
+            f"axis of X of shape {list(x.shape)}"
+        )
+    shape = [1] * x.dim()
+    shape[axes[0]] = s.shape[0]
+    return s.reshape(shape)
+
+
 def _float(fn: One) -> One:
     """``fn`` of one tensor; integer tensors go through float64 and back (a numpy-like
     result for Abs of ints would not need it, but Sqrt or Exp of ints do)."""
@@ -219,7 +238,13 @@ class ElementwiseOps(TranslatorBase):
         return self._unary(node, isinf)
 
     def op_PRelu(self, node: onnx.NodeProto, a: dict[str, Any]) -> Translation:
-        return self._binary(node, lambda x, s: torch.where(x >= 0, x, x * s))
+        if self.opset >= 7:  # unidirectional (numpy) broadcasting of the slope
+            return self._binary(node, lambda x, s: torch.where(x >= 0, x, x * s))
+
+        def legacy(x: Tensor, s: Tensor) -> Tensor:
+            return torch.where(x >= 0, x, x * _legacy_slope(node, x, s))
+
+        return self._binary(node, legacy)
 
     def op_Clip(self, node: onnx.NodeProto, a: dict[str, Any]) -> Translation:
         if self.opset < 11:

@@ -23,6 +23,16 @@ class Gemm(GemmRules, TorchOperator):
         def operands(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
             return (a.t() if ta else a), (b.t() if tb else b)
 
+        if has_c and (alpha == 0.0 or beta == 0.0):
+            # addmm skips a product or a C scaled by 0, dropping its NaN and infinity;
+            # ONNX's (and numpy's) alpha * A B + beta * C keeps them (0 * NaN is NaN).
+
+            def spelled_out(
+                a: torch.Tensor, b: torch.Tensor, c: torch.Tensor
+            ) -> tuple[torch.Tensor]:
+                return (torch.mm(*operands(a, b)) * alpha + c * beta,)
+
+            return spelled_out
         if has_c:
 
             def addmm(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> tuple[torch.Tensor]:

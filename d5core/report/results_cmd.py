@@ -26,7 +26,7 @@ from rich.text import Text
 from d5core.cli.options import db_option, json_option
 from d5core.cli.output import console, json_text, print_json
 from d5core.errors import CheckFailed, UsageError
-from d5core.results.load import LoadAverage, run_load_warnings
+from d5core.results.load import BUSY_LEGEND, BUSY_MARK, LoadAverage, run_load_warnings, was_busy
 from d5core.results.store import MeasurementRecord, RunRecord, read_store
 from d5core.results.tags import check_tag
 
@@ -126,6 +126,15 @@ def _status(status: str) -> str:
     return f"[{_STATUS_STYLE.get(status, '')}]{status}[/]" if status in _STATUS_STYLE else status
 
 
+def _busy(run: RunRecord) -> bool:
+    return was_busy(run.load_start, run.load_end)
+
+
+def _status_cell(run: RunRecord) -> str:
+    """The run's status, with the busy-machine mark where it was measured on one."""
+    return _status(run.status) + (f" [bold yellow]{BUSY_MARK}[/]" if _busy(run) else "")
+
+
 def _load_text(run: RunRecord) -> str:
     """The run's load average at its start and end."""
 
@@ -201,7 +210,7 @@ def list_runs(
             r.id,
             r.kind,
             r.name,
-            _status(r.status),
+            _status_cell(r),
             _when(r.created),
             _duration(r),
             str(r.n_measurements),
@@ -211,6 +220,8 @@ def list_runs(
             *([Text(", ".join(r.tags))] if tagged else []),
         )
     console().print(table)
+    if any(_busy(r) for r in runs):
+        console().print(BUSY_LEGEND, markup=False, highlight=False)
 
 
 def _known_tags_hint(tag: str | None, known: Mapping[str, int]) -> str:
@@ -455,13 +466,16 @@ def _within_floor(row: Mapping[str, Any]) -> bool:
 
 def _verdict_text(row: Mapping[str, Any]) -> str:
     """``worse (slower)``, ``better (higher)``, ``changed (lower)`` or ``same``, with
-    ``(1 process: between-run variance unknown)`` when a side had too few processes and
-    ``(within the noise floor)`` for a significant change no larger than the floor."""
+    ``(1 process: between-run variance unknown)`` when a side had too few processes,
+    ``(within the noise floor)`` for a significant change no larger than the floor and
+    ``(untested: ...)`` for a scalar metric's change, which no test can confirm."""
     verdict, change = row.get("verdict"), row.get("change")
     if verdict is None:
         return "-"
     moved = "" if change in (None, "none") else f" ({_moved(change, row['unit'])})"
     note = _processes_note(row) or ("within the noise floor" if _within_floor(row) else "")
+    if row.get("tested") is False and verdict in ("better", "worse", "changed"):
+        note = "untested: one value a side, may be noise"
     return f"{verdict}{moved}" + (f" ({note})" if note else "")
 
 
@@ -606,8 +620,9 @@ def _print_header(c: Comparison) -> None:
 def _print_comparison(c: Comparison) -> None:
     out = console()
     _print_header(c)
+    busy = (bool(c.load["baseline"].get("busy")), bool(c.load["candidate"].get("busy")))
     if c.comparisons:
-        out.print(_comparison_table(c.comparisons))
+        out.print(_comparison_table(c.comparisons, busy))
     for label, items in (("baseline", c.only_in_baseline), ("candidate", c.only_in_candidate)):
         if items:
             names = ", ".join(
@@ -615,7 +630,9 @@ def _print_comparison(c: Comparison) -> None:
             )
             out.print(f"only in the {label}: {names}", markup=False, highlight=False)
     if c.metrics:
-        out.print(_metrics_table(c.metrics, c.metrics_min_effect))
+        out.print(_metrics_table(c.metrics, c.metrics_min_effect, busy))
+    if any(busy) and (c.comparisons or c.metrics):
+        out.print(BUSY_LEGEND, markup=False, highlight=False)
 
 
 def _ratio_text(r: Mapping[str, Any]) -> str:
@@ -624,7 +641,14 @@ def _ratio_text(r: Mapping[str, Any]) -> str:
     return f"{r['ratio']:.3f}{ci}"
 
 
-def _comparison_table(rows: Sequence[Mapping[str, Any]]) -> Table:
+def _marked(text: str, busy: bool) -> str:
+    """A cell's text (escaped), with the busy-machine mark when its run had one."""
+    return escape(text) + (f" [bold yellow]{BUSY_MARK}[/]" if busy else "")
+
+
+def _comparison_table(
+    rows: Sequence[Mapping[str, Any]], busy: tuple[bool, bool] = (False, False)
+) -> Table:
     table = Table(
         title="measurements",
         title_justify="left",
@@ -648,8 +672,8 @@ def _comparison_table(rows: Sequence[Mapping[str, Any]]) -> Table:
         table.add_row(
             r["metric"],
             _labels(r["labels"]),
-            _median_ci(r["baseline"], unit),
-            _median_ci(r["candidate"], unit),
+            _marked(_median_ci(r["baseline"], unit), busy[0]),
+            _marked(_median_ci(r["candidate"], unit), busy[1]),
             _ratio_text(r),
             p if r["method"] == "welch" else f"{p} ({r['method']})",
             f"{r['n_baseline']} / {r['n_candidate']}",
@@ -659,7 +683,11 @@ def _comparison_table(rows: Sequence[Mapping[str, Any]]) -> Table:
     return table
 
 
-def _metrics_table(metric_rows: Sequence[Mapping[str, Any]], min_effect: float) -> Table:
+def _metrics_table(
+    metric_rows: Sequence[Mapping[str, Any]],
+    min_effect: float,
+    busy: tuple[bool, bool] = (False, False),
+) -> Table:
     table = Table(
         title="metrics",
         title_justify="left",
@@ -673,8 +701,8 @@ def _metrics_table(metric_rows: Sequence[Mapping[str, Any]], min_effect: float) 
         table.add_row(
             m["name"],
             _labels(m["labels"]),
-            _with_unit(m["baseline"], m["unit"]),
-            _with_unit(m["candidate"], m["unit"]),
+            _marked(_with_unit(m["baseline"], m["unit"]), busy[0]),
+            _marked(_with_unit(m["candidate"], m["unit"]), busy[1]),
             "-" if m["ratio"] is None else f"{m['ratio']:.3f}",
             m["better"] or "unknown",
             f"[{_VERDICT_STYLE.get(m['verdict'] or '', '')}]{_verdict_text(m)}[/]",
