@@ -25,6 +25,7 @@ def d5_environment_info() -> Mapping[str, Any]:
         "d5-kernels": __version__,
         "isa": chosen,
         "available_isas": runtime.available_isas(),
+        "isa_forced_by": runtime.forced_isa(),
         "compiler": runtime.compiler(),
         "openmp": runtime.openmp_version(),
         "omp_threads": runtime.num_threads(),

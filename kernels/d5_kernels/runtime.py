@@ -1,31 +1,48 @@
 """Run-time controls of the compiled module: the micro-kernel ISA, the OpenMP threads,
 and facts about the build (compiler, OpenMP version, blocking sizes, FMA peak).
 
-The ISA is the best the CPU offers unless the environment variable ``D5_KERNELS_ISA``
-(``generic``, ``avx2`` or ``avx512``) names another when the module loads, or
-:func:`set_isa` chooses one later; tests force each path this way.
+The ISA is the best the CPU offers unless the environment variable ``D5_NATIVE_ISA``
+(``generic``, ``avx2`` or ``avx512``; ``D5_KERNELS_ISA`` is its older name) names another
+when the module loads, or :func:`set_isa` chooses one later; tests force each path this
+way. Every measurement records the ISA it ran with (the operators' ``details()``) and every
+run the ISA chosen, the ones available and what forced it (the environment hook).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import NamedTuple
 
 from d5core.api import UsageError
 
+#: The environment variables that force an ISA when the module loads (the first wins; the
+#: second is its older name, and they must agree when both are set).
+ISA_VARIABLES = ("D5_NATIVE_ISA", "D5_KERNELS_ISA")
+
+#: Every ISA the module has micro-kernels for, and the CPU features each needs.
+ISA_REQUIREMENTS = {
+    "generic": "any x86-64",
+    "avx2": "avx2 and fma",
+    "avx512": "avx512f, avx512vl, avx512bw and avx512dq",
+}
+
 try:
     from d5_kernels import _native
-except ImportError as exc:  # the module refuses a bad D5_KERNELS_ISA when it loads
-    if "D5_KERNELS_ISA" not in str(exc):
+except ImportError as exc:  # the module refuses a bad D5_NATIVE_ISA when it loads
+    if not any(name in str(exc) for name in ISA_VARIABLES):
         raise
     raise UsageError(f"d5-kernels: {exc}") from None
 
 __all__ = [
+    "ISA_REQUIREMENTS",
+    "ISA_VARIABLES",
     "Blocking",
     "available_isas",
     "blocking",
     "compiler",
+    "forced_isa",
     "isa",
     "num_threads",
     "openmp_version",
@@ -55,6 +72,15 @@ def isa() -> str:
 def available_isas() -> list[str]:
     """The ISAs this CPU can run, best last."""
     return [str(name) for name in _native.available_isas()]
+
+
+def forced_isa() -> str | None:
+    """What forced the ISA when the module loaded, such as ``"D5_NATIVE_ISA=avx2"``;
+    ``None`` when it chose the best the CPU runs."""
+    for variable in ISA_VARIABLES:
+        if os.environ.get(variable):
+            return f"{variable}={os.environ[variable]}"
+    return None
 
 
 def set_isa(name: str) -> None:

@@ -28,18 +28,36 @@ Isa parse(const std::string& name) {
     throw std::invalid_argument("unknown ISA '" + name + "'; choose generic, avx2 or avx512");
 }
 
+// The ISAs this CPU runs, comma-separated, for error messages.
+std::string supported_list() {
+    std::string out;
+    for (const std::string& name : available_isas()) out += (out.empty() ? "" : ", ") + name;
+    return out;
+}
+
+// The ISA an environment variable forces: D5_NATIVE_ISA, or the older name
+// D5_KERNELS_ISA (both set: they must agree). Empty or unset: the best the CPU runs.
 Isa initial_isa() {
-    const char* env = std::getenv("D5_KERNELS_ISA");
-    if (env == nullptr || *env == '\0') return best_isa();
+    const char* fresh = std::getenv("D5_NATIVE_ISA");
+    const char* older = std::getenv("D5_KERNELS_ISA");
+    const bool has_fresh = fresh != nullptr && *fresh != '\0';
+    const bool has_older = older != nullptr && *older != '\0';
+    if (has_fresh && has_older && std::string(fresh) != older)
+        throw std::invalid_argument(std::string("D5_NATIVE_ISA=") + fresh + " and D5_KERNELS_ISA=" +
+                                    older + " disagree; unset D5_KERNELS_ISA (the older name)");
+    if (!has_fresh && !has_older) return best_isa();
+    const std::string variable = has_fresh ? "D5_NATIVE_ISA" : "D5_KERNELS_ISA";
+    const std::string value = has_fresh ? fresh : older;
     Isa wanted = Isa::generic;
     try {
-        wanted = parse(env);  // a typo in the variable should not pass silently
+        wanted = parse(value);  // a typo in the variable should not pass silently
     } catch (const std::invalid_argument& exc) {
-        throw std::invalid_argument(std::string("D5_KERNELS_ISA=") + env + ": " + exc.what());
+        throw std::invalid_argument(variable + "=" + value + ": " + exc.what());
     }
     if (!isa_supported(wanted))
-        throw std::invalid_argument(std::string("D5_KERNELS_ISA=") + env +
-                                    " is not supported by this CPU");
+        throw std::invalid_argument(variable + "=" + value +
+                                    " is not supported by this CPU; unset it or choose one of " +
+                                    supported_list());
     return wanted;
 }
 

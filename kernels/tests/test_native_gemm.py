@@ -4,6 +4,7 @@ broadcast C, one and two threads, and the run-time controls."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -14,7 +15,6 @@ from d5_kernels import _native, runtime
 
 from d5core.api import UsageError
 
-ISAS = pytest.mark.parametrize("isa", runtime.available_isas())
 DTYPES = pytest.mark.parametrize("dtype", ["float32", "float64"])
 TOLERANCE = {"float32": 2e-5, "float64": 1e-12}
 
@@ -34,7 +34,6 @@ def relative_error(got: np.ndarray, want: np.ndarray) -> float:
     return float(np.abs(got - want).max() / max(1.0, np.abs(want).max())) if got.size else 0.0
 
 
-@ISAS
 @DTYPES
 @pytest.mark.parametrize("mnk", [(1, 1, 1), (7, 33, 257), (33, 7, 5), (257, 65, 300), (15, 47, 1)])
 @pytest.mark.parametrize("trans", [(0, 0), (1, 0), (0, 1), (1, 1)])
@@ -50,7 +49,6 @@ def test_gemm_matches_float64_matmul_on_odd_sizes(isa, dtype, mnk, trans) -> Non
     assert relative_error(got, reference(a, b, 0.5, -2.0, c)) < TOLERANCE[dtype]
 
 
-@ISAS
 def test_gemm_crosses_every_cache_block(isa) -> None:
     """Larger than one kc slice, one mc block and (for the generic kernel) one nc block,
     so the accumulation over K slices (beta = 1 after the first) is exercised."""
@@ -64,7 +62,6 @@ def test_gemm_crosses_every_cache_block(isa) -> None:
     assert relative_error(got, reference(a, b, 1.5, 0.0, None)) < 1e-12
 
 
-@ISAS
 @pytest.mark.parametrize("c_shape", [(), (1, 20), (20,), (12, 1)])
 def test_gemm_broadcasts_c_and_beta_zero_scales_it_as_numpy_does(isa, c_shape) -> None:
     """beta = 0 adds 0 * C: nothing where C is finite (Y's old contents, NaN here, are
@@ -109,27 +106,93 @@ def test_batched_gemm_broadcasts_by_zero_strides() -> None:
     np.testing.assert_allclose(y, 2.0 * np.matmul(a, b), rtol=1e-12)
 
 
-def test_the_isa_can_be_chosen_by_environment_variable() -> None:
+def _import_isa(**env: str) -> subprocess.CompletedProcess[str]:
+    """Import d5_kernels in a fresh interpreter with ``env`` (the ISA variables otherwise
+    unset) and print the ISA it chose."""
     code = "import d5_kernels; print(d5_kernels.isa())"
-    env = {**os.environ, "D5_KERNELS_ISA": "generic"}
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
-    assert done.stdout.strip() == "generic", done.stderr
+    base = {k: v for k, v in os.environ.items() if k not in runtime.ISA_VARIABLES}
+    return subprocess.run(
+        [sys.executable, "-c", code], env={**base, **env}, capture_output=True, text=True
+    )
+
+
+def test_d5_native_isa_forces_the_micro_kernels_and_the_older_name_still_works() -> None:
+    assert _import_isa(D5_NATIVE_ISA="generic").stdout.strip() == "generic"
+    assert _import_isa(D5_KERNELS_ISA="generic").stdout.strip() == "generic"
+    agreeing = _import_isa(D5_NATIVE_ISA="generic", D5_KERNELS_ISA="generic")
+    assert agreeing.stdout.strip() == "generic", agreeing.stderr
 
 
 def test_the_best_isa_is_chosen_by_default() -> None:
-    code = "import d5_kernels; print(d5_kernels.isa())"
-    env = {k: v for k, v in os.environ.items() if k != "D5_KERNELS_ISA"}
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    done = _import_isa()
     assert done.stdout.strip() == runtime.available_isas()[-1], done.stderr
 
 
-def test_a_bad_isa_in_the_environment_fails_the_import_in_one_line() -> None:
-    code = "import d5_kernels"
-    env = {**os.environ, "D5_KERNELS_ISA": "sse9"}
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+def _cpu_flags() -> set[str]:
+    with open("/proc/cpuinfo", encoding="utf-8") as info:
+        for line in info:
+            if line.startswith("flags"):
+                return set(line.split(":", 1)[1].split())
+    return set()
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/cpuinfo"), reason="needs Linux's /proc/cpuinfo")
+def test_the_widest_isa_the_cpu_flags_allow_is_available_and_chosen() -> None:
+    """AVX-512 wherever the CPU has avx512f/vl/bw/dq, AVX2 where it has avx2 and fma, and
+    never an ISA the flags do not allow."""
+    flags = _cpu_flags()
+    expected = ["generic"]
+    if {"avx2", "fma"} <= flags:
+        expected.append("avx2")
+        if {"avx512f", "avx512vl", "avx512bw", "avx512dq"} <= flags:
+            expected.append("avx512")
+    assert runtime.available_isas() == expected
+    assert _import_isa().stdout.strip() == expected[-1]
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"D5_NATIVE_ISA": "sse9"}, "D5_NATIVE_ISA=sse9: unknown ISA 'sse9'"),
+        ({"D5_KERNELS_ISA": "sse9"}, "D5_KERNELS_ISA=sse9: unknown ISA 'sse9'"),
+        (
+            {"D5_NATIVE_ISA": "generic", "D5_KERNELS_ISA": "avx2"},
+            "D5_NATIVE_ISA=generic and D5_KERNELS_ISA=avx2 disagree",
+        ),
+    ],
+)
+def test_a_bad_isa_in_the_environment_fails_the_import_in_one_line(
+    env: dict[str, str], message: str
+) -> None:
+    done = _import_isa(**env)
     assert done.returncode != 0
     last = done.stderr.strip().splitlines()[-1]
-    assert last.startswith("d5core.errors.UsageError: d5-kernels: D5_KERNELS_ISA=sse9: unknown")
+    assert last.startswith(f"d5core.errors.UsageError: d5-kernels: {message}"), done.stderr
+
+
+def test_each_isa_is_accepted_where_the_cpu_runs_it_and_refused_where_it_does_not() -> None:
+    for name in runtime.ISA_REQUIREMENTS:
+        done = _import_isa(D5_NATIVE_ISA=name)
+        if name in runtime.available_isas():
+            assert done.stdout.strip() == name, done.stderr
+        else:
+            assert done.returncode != 0
+            assert "is not supported by this CPU; unset it or choose one of generic" in done.stderr
+
+
+def test_the_environment_hook_records_the_isa_and_what_forced_it() -> None:
+    code = "import json, d5_kernels.plugin as p; print(json.dumps(p.d5_environment_info()))"
+    base = {k: v for k, v in os.environ.items() if k not in runtime.ISA_VARIABLES}
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**base, "D5_NATIVE_ISA": "generic"},
+        capture_output=True,
+        text=True,
+    )
+    info = json.loads(done.stdout)
+    assert info["isa"] == "generic"
+    assert info["isa_forced_by"] == "D5_NATIVE_ISA=generic"
+    assert info["available_isas"] == runtime.available_isas()
 
 
 def test_an_unknown_isa_is_a_usage_error() -> None:
@@ -155,7 +218,6 @@ def test_the_fma_roof_is_positive_and_the_blocking_fits_the_tile() -> None:
             assert b.mc % b.mr == 0 and b.nc % b.nr == 0
 
 
-@ISAS
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_conv_forward_and_backward_agree_across_isas(isa, dtype) -> None:
     """The operators built on the GEMM give the same answer whichever micro-kernel runs

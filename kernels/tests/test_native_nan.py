@@ -21,7 +21,6 @@ from d5core.api import TensorDescriptor, compare_outputs
 from d5core.testing.operator_agreement import reference_backend
 
 NATIVE = NativeBackend()
-ISAS = pytest.mark.parametrize("isa", runtime.available_isas())
 DTYPES = pytest.mark.parametrize("dtype", ["float32", "float64"])
 VALUES = pytest.mark.parametrize(
     "value", [math.nan, math.inf, -math.inf], ids=["nan", "inf", "-inf"]
@@ -50,7 +49,6 @@ def _assert_same(op: str, attributes: dict[str, Any], xs: Sequence[np.ndarray], 
     return got
 
 
-@ISAS
 @DTYPES
 @VALUES
 @PLACES
@@ -63,7 +61,6 @@ def test_relu_passes_nan_and_infinity_through(isa, dtype, value, place, size) ->
     assert np.array_equal(y[_at(place, size)], want, equal_nan=True)
 
 
-@ISAS
 @DTYPES
 @VALUES
 @PLACES
@@ -95,7 +92,6 @@ def _max_pool_backward(x: np.ndarray, attributes: dict[str, Any], isa: str) -> l
     return results
 
 
-@ISAS
 @DTYPES
 @VALUES
 @PLACES
@@ -112,7 +108,6 @@ def test_gemm_with_alpha_zero_keeps_a_nonfinite_product(isa, dtype, value, place
         assert np.isnan(y).any()  # 0 * (a row or column holding NaN or infinity) is NaN
 
 
-@ISAS
 @DTYPES
 @VALUES
 @PLACES
@@ -127,7 +122,6 @@ def test_gemm_with_beta_zero_keeps_a_nonfinite_c(isa, dtype, value, place, c_sha
         assert np.isnan(y).any()
 
 
-@ISAS
 @DTYPES
 @VALUES
 @PLACES

@@ -3,18 +3,22 @@ reference: the shared kit (:class:`d5core.testing.operator_agreement.OperatorAgr
 draws shapes, attributes and data away from kinks with hypothesis and
 :func:`validate_operator` compares outputs and gradients with the reference's and checks
 the backward by central differences in float64. The native kernels are 2-D only, and the
-sizes drawn are larger, to reach their blocked code paths. ``D5_PROPERTY_EXAMPLES`` raises
+sizes drawn are larger, to reach their blocked code paths. Every test of the kit runs on
+each micro-kernel ISA this CPU has (generic, avx2, avx512; the others are skipped with the
+reason), the validation through ``d5 validate op``'s path included. ``D5_PROPERTY_EXAMPLES`` raises
 the number of examples."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from d5_kernels import runtime
 from d5_kernels.operators import NativeBackend
 
 from d5core.api import TensorDescriptor
@@ -32,7 +36,17 @@ DTYPES = pytest.mark.parametrize("dtype", ["float32", "float64"])
 
 
 class TestNativeAgreesWithTheReference(OperatorAgreementTests):
+    """The whole kit once per ISA (the ``isa`` fixture): the micro-kernels chosen in this
+    process, and ``D5_NATIVE_ISA`` for the workers ``d5 validate op`` starts."""
+
     backend = NATIVE
+
+    @pytest.fixture(autouse=True)
+    def _on_each_isa(self, isa: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+        monkeypatch.delenv("D5_KERNELS_ISA", raising=False)
+        monkeypatch.setenv("D5_NATIVE_ISA", isa)
+        with runtime.using_isa(isa):
+            yield
     operators = (
         "Gemm",
         "MatMul",
