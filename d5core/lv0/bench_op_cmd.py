@@ -30,9 +30,9 @@ from d5core.lv0.bench_common import (
 )
 
 if TYPE_CHECKING:
-    pass
+    from d5core.lv0.workloads.roofline import Peak
 
-__all__ = ["bench_op"]
+__all__ = ["bench_op", "peak_footer"]
 
 
 @click.command("op")
@@ -96,7 +96,7 @@ def bench_op(
     backends in a random order within each), and reported as the median of the
     process medians with its between-process 95% CI. Every sample is stored with its
     process; GEMM, MatMul and convolutions also report (and store) GFLOP/s and the
-    fraction of this machine's peak.
+    fraction of the peak of the cores each backend ran on (its threads).
     """
     from d5core.lv0.bench_run import bench_operators, operator_problems
     from d5core.measure.invocations import parse_cpus
@@ -128,10 +128,23 @@ def bench_op(
         return
     out = console()
     out.print(_op_table(bench.op, dtype, bench.run_id, rows))
-    out.print(
-        f"peak: {peak_rate:.0f} GFLOP/s ({peak.source})" if peak_rate else f"peak: {peak.source}"
-    )
+    out.print(peak_footer(peak, dtype), markup=False, highlight=False)
     print_footer(bench.outcome, floor)
+
+
+def peak_footer(peak: Peak, dtype: str) -> str:
+    """What the table's "% peak" is of: the peak of the threads each backend ran on, one
+    core's share of the peak times those threads."""
+    rate, per_core = peak.gflops.get(dtype), peak.per_core(dtype)
+    if not rate or not per_core:
+        return f"% peak: no {dtype} peak known ({peak.source})"
+    kind = "measured " if peak.source.startswith("measured") else ""
+    cores = f"{peak.cores} core{'s' if peak.cores != 1 else ''}"
+    return (
+        f"% peak: of the {kind}FMA peak of the threads the backend ran on: "
+        f"{per_core:.1f} GFLOP/s per core ({dtype}; {rate:.0f} GFLOP/s on all {cores}, the "
+        f"peak where the threads are unknown; {peak.source})"
+    )
 
 
 def _op_table(op: str, dtype: str, run_id: str, rows: Sequence[Row]) -> Table:

@@ -132,6 +132,7 @@ def bench_operators(
         "processes": processes,
         "cpus": cpus,
         "timeout_s": limit,
+        "peak": {"gflops": peak_rate, "cores": peak.cores, "source": peak.source},
     }
     with ResultsStore.open(db) as store:
         floor = noise_floor(store, cpus) if with_noise_floor else None
@@ -148,7 +149,10 @@ def bench_operators(
                 seed=seed, cpus=cpus, quiet=quiet, backends=("d5.operators", "backend"),
                 timeout_s=limit,
             )  # fmt: skip
-            rows, timings = _op_results(measured.outcome, keys, devices, peak_rate, store, run_id)
+            rows, timings = _op_results(
+                measured, keys, devices, _peaks_of_threads(peak, dtype, measured, names), store,
+                run_id,
+            )  # fmt: skip
             if floor is not None:
                 store.update_config(run_id, {"noise_floor": floor.to_json()})
             raise_failures(measured.outcome)
@@ -239,26 +243,44 @@ def _op_jobs(
     return jobs, keys
 
 
+def _peaks_of_threads(
+    peak: Peak, dtype: str, measured: Measured, names: Sequence[str]
+) -> dict[str, tuple[float | None, int]]:
+    """Per backend, the peak its GFLOP/s is a fraction of, and the cores that peak
+    counts: the per-core peak times the threads it ran on (at most every core the peak
+    was measured on), or the whole peak where its threads are not known. A backend on 1
+    thread of a 2-core machine is thus judged against what 1 core can do."""
+    found = {}
+    for name in names:
+        count = measured.threads.get(name)
+        threads = None if count is None else count.threads
+        cores = min(threads, peak.cores) if threads else peak.cores
+        found[name] = (peak.of_threads(dtype, threads), cores)
+    return found
+
+
 def _op_results(
-    outcome: Invocations,
+    measured: Measured,
     keys: Sequence[tuple[Problem, str, str]],
     devices: dict[str, str],
-    peak_rate: float | None,
+    peaks: dict[str, tuple[float | None, int]],
     store: Any,
     run_id: str,
 ) -> tuple[list[Row], list[OperatorTiming]]:
-    """Gather, store and describe every job that was measured."""
+    """Gather, store and describe every job that was measured; ``peaks`` is each
+    backend's peak and its cores (:func:`_peaks_of_threads`)."""
     from d5core.lv0.bench_results import gather, nested_fields
     from d5core.lv0.runner import timing_of
 
     rows, timings = [], []
-    for result, (problem, d, name) in zip(outcome.jobs, keys, strict=True):
+    for result, (problem, d, name) in zip(measured.outcome.jobs, keys, strict=True):
         if not result.runs:
             continue
         gathered = gather(result)
+        rate, cores = peaks[name]
         timing = timing_of(
             problem, name, d, result.job.args["dtype"], gathered.measurement,
-            device=devices[name], peak_gflops=peak_rate,
+            device=devices[name], peak_gflops=rate, peak_cores=cores,
         )  # fmt: skip
         _store_op_timing(store, run_id, timing, gathered)
         timings.append(timing)
@@ -268,7 +290,8 @@ def _op_results(
 
 
 def _store_op_timing(store: Any, run_id: str, timing: Any, gathered: Gathered) -> None:
-    """Store a timing's samples, and its GFLOP/s and peak fraction where counted."""
+    """Store a timing's samples, and its GFLOP/s, peak fraction and the peak that is of,
+    where counted."""
     labels = {
         "backend": timing.backend,
         "problem": timing.problem.label,
@@ -282,8 +305,11 @@ def _store_op_timing(store: Any, run_id: str, timing: Any, gathered: Gathered) -
             store, run_id, "gflops", rates, gathered, labels, "GFLOP/s",
             rate_of=timing.flops / 1e9,
         )  # fmt: skip
-    if timing.peak_fraction:
+    if timing.peak_fraction and timing.peak_gflops:
         store.add_metric(run_id, "peak_fraction", timing.peak_fraction, labels=labels)
+        # what it was divided by, so that tables made later use the same denominator
+        of = {**labels, "cores": timing.peak_cores}
+        store.add_metric(run_id, "peak_gflops", timing.peak_gflops, labels=of, unit="GFLOP/s")
 
 
 def _memory_bandwidth() -> Any:

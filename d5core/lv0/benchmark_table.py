@@ -7,11 +7,12 @@ one with torch and TensorFlow) meet in one table: one row per operator problem
 (``op``: operator, problem, direction, dtype) or per network case (``net``: model,
 mode, batch), one cell per backend or executor with the median per call and its 95%
 CI, the environment it was measured in (:mod:`d5core.results.environments`) and, for
-operators, the newest stored validation of that operator on that backend. Where the
-same cell was measured by several runs, the newest run's value is shown and the others
-are counted. A cell whose run was measured on a busy machine says so (``busy``,
-:func:`d5core.results.load.was_busy`), so that no slow figure of a loaded machine is
-shown bare.
+operators, the GFLOP/s at the median and its fraction of the peak of the cores the
+backend ran on, as ``d5 bench op`` stored them, and the newest stored validation of that
+operator on that backend. Where the same cell was measured by several runs, the newest
+run's value is shown and the others are counted. A cell whose run was measured on a
+busy machine says so (``busy``, :func:`d5core.results.load.was_busy`), so that no slow
+figure of a loaded machine is shown bare.
 """
 
 from __future__ import annotations
@@ -74,6 +75,45 @@ def _row_key(kind: str, run: RunRecord, labels: dict[str, Any]) -> tuple[Any, ..
     return None if any(v is None for v in values) else values
 
 
+#: The rate fields of an operator cell whose run stored no GFLOP/s.
+_NO_RATE: dict[str, Any] = {"gflops": None, "peak_fraction": None, "peak_gflops": None,
+                            "peak_cores": None}  # fmt: skip
+
+
+def _label_key(labels: dict[str, Any]) -> tuple[str, ...]:
+    return tuple(str(labels.get(k)) for k in ("backend", "problem", "direction", "dtype"))
+
+
+def _rates(
+    store: ResultsStore, run: RunRecord, measurements: Iterable[Any]
+) -> dict[tuple[str, ...], dict[str, Any]]:
+    """Per (backend, problem, direction, dtype) of an ``op`` run: its GFLOP/s at the
+    median and its fraction of the peak, with the peak that fraction is of and the cores
+    it counts, as stored by ``d5 bench op``. A run made before d5 stored that peak per
+    backend divided by the whole machine's (``peak_cores``: ``None``)."""
+    found: dict[tuple[str, ...], dict[str, Any]] = {}
+
+    def entry(labels: dict[str, Any]) -> dict[str, Any]:
+        return found.setdefault(_label_key(labels), dict(_NO_RATE))
+
+    for m in measurements:
+        if m.metric == "gflops" and m.summary is not None:
+            entry(m.labels)["gflops"] = m.summary.get("median")
+    whole = None
+    for k in store.metrics(run.id):
+        if k.name == "peak_fraction":
+            entry(k.labels)["peak_fraction"] = k.value
+        elif k.name == "peak_gflops" and "backend" in k.labels:
+            cores = k.labels.get("cores")
+            entry(k.labels).update(peak_gflops=k.value, peak_cores=cores)
+        elif k.name == "peak_gflops":
+            whole = k.value
+    for cell in found.values():
+        if cell["peak_fraction"] is not None and cell["peak_gflops"] is None:
+            cell["peak_gflops"] = whole
+    return found
+
+
 def _validations(store: ResultsStore) -> dict[tuple[str, str, str], dict[str, Any]]:
     """The newest stored validation per ``(op, backend, dtype)``."""
     found: dict[tuple[str, str, str], dict[str, Any]] = {}
@@ -102,7 +142,9 @@ def benchmark_table(store: ResultsStore, runs: Iterable[RunRecord], kind: str) -
     validations = _validations(store) if kind == "op" else {}
     rows: dict[tuple[Any, ...], dict[str, Any]] = {}
     for run in sorted(chosen, key=lambda r: r.created, reverse=True):
-        for m in store.measurements(run.id):
+        measurements = store.measurements(run.id)
+        rates = _rates(store, run, measurements) if kind == "op" else {}
+        for m in measurements:
             who = m.labels.get(column)
             key = _row_key(kind, run, m.labels)
             if m.metric != "time" or m.summary is None or who is None or key is None:
@@ -128,6 +170,7 @@ def benchmark_table(store: ResultsStore, runs: Iterable[RunRecord], kind: str) -
             if kind == "op":
                 check = validations.get((str(key[0]), str(who), str(key[3])))
                 cell["validated"] = None if check is None else check["passed"]
+                cell.update(rates.get(_label_key(m.labels), _NO_RATE))
             row["cells"][who] = cell
     table.rows = [rows[k] for k in sorted(rows, key=lambda k: tuple(str(v) for v in k))]
     return table

@@ -34,6 +34,19 @@ def _time(cell: Mapping[str, Any]) -> str:
     return f"{num(median)} [{num(cell.get('ci_low'))}, {num(cell.get('ci_high'))}] {label}"
 
 
+def _rate(cell: Mapping[str, Any]) -> str:
+    """``198.7 GFLOP/s · 87% peak`` where the run stored them; a fraction of the whole
+    machine's peak (a run made before d5 stored the peak of the backend's threads) says
+    so."""
+    gflops, fraction = cell.get("gflops"), cell.get("peak_fraction")
+    if not gflops:
+        return ""
+    if fraction is None:
+        return f"{gflops:.1f} GFLOP/s"
+    whole = "" if cell.get("peak_cores") else " of all cores"
+    return f"{gflops:.1f} GFLOP/s · {100 * fraction:.0f}% peak{whole}"
+
+
 def _cell(cell: Mapping[str, Any] | None, fastest: float | None) -> str:
     if cell is None:
         return "-"
@@ -46,22 +59,37 @@ def _cell(cell: Mapping[str, Any] | None, fastest: float | None) -> str:
     if cell.get("busy"):
         text += f" · [bold yellow]{BUSY_MARK}[/]"
     lines.append(text)
+    rate = _rate(cell)
+    if rate:
+        lines.append(escape(rate))
     check = _VALIDATED[cell.get("validated")]
     if check:
         lines.append(check)
     return "\n".join(lines)
 
 
+_CAPTION = (
+    "one cell per {0} from its newest stored run; validation: the newest `d5 validate op` "
+    "of that operator, backend and dtype in the store"
+)
+_CAPTIONS = {
+    "op": _CAPTION.format("backend") + "; GFLOP/s: at the median time; % peak: of the "
+    "FMA peak of the threads the backend ran on (one core's share of the machine's FMA "
+    "peak times its threads), as stored with the run",
+    "net": _CAPTION.format("executor"),
+}
+
+
 def print_benchmark_table(table: BenchmarkTable) -> None:
     """The rows, one column per backend or executor: median [95% CI] per call, the
-    environment tag, the ratio to the row's fastest, the busy-machine mark and the stored
-    validation; under the table, what the busy mark means when a cell has it."""
+    environment tag, the ratio to the row's fastest, the busy-machine mark, for operators
+    the GFLOP/s and % of peak, and the stored validation; under the table, what the busy
+    mark means when a cell has it."""
     title = {"op": "operators", "net": "networks"}[table.kind]
     out = Table(
         title=f"{title} side by side (median per call [95% CI]; environment; x the fastest)",
         title_justify="left",
-        caption="one cell per backend from its newest stored run; validation: the newest "
-        "`d5 validate op` of that operator, backend and dtype in the store",
+        caption=_CAPTIONS[table.kind],
         caption_justify="left",
     )
     for name in table.fields:

@@ -11,7 +11,9 @@ For each operator, dtype and direction (a *group*), two figures:
 And for each dtype one roofline: the achieved GFLOP/s of every (backend, problem)
 against its arithmetic intensity (FLOPs over compulsory bytes), log-log, under the
 machine's compute roof (the stored ``peak_gflops``) and memory roof (the stored
-``peak_bandwidth`` times the intensity). Everything drawn is read from the store
+``peak_bandwidth`` times the intensity), each point with its fraction of the peak (the
+stored ``peak_fraction``, of the peak of the threads its backend ran on), each backend's
+median fraction in the legend. Everything drawn is read from the store
 (``problem_flops`` and ``problem_bytes`` are stored by ``d5 bench op`` for each problem);
 nothing is derived from the problems again. Runs made before those metrics were stored
 are named in the captions of the figures that cannot draw them.
@@ -25,6 +27,7 @@ say what was left out.
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -458,6 +461,9 @@ def _max_metric(
     sources: list[str] = []
     for run in runs:
         for record in run.metric_records(name, **labels):
+            # a peak stored per backend is that of its threads, not the machine's roof
+            if "backend" in record.labels:
+                continue
             if not math.isfinite(record.value) or record.value <= 0:
                 continue
             if best is None or record.value > best:
@@ -480,7 +486,7 @@ def _roofs(runs: Sequence[ReportRun], dtype: str) -> list[dict[str, Any]]:
         bandwidth, bandwidth_sources = _max_metric(members, "peak_bandwidth")
         if peak is None and bandwidth is None:
             continue
-        peaks = {r.metric_value("peak_gflops", dtype=dtype) for r in members}
+        peaks = {_max_metric([r], "peak_gflops", dtype=dtype)[0] for r in members}
         bandwidths = {r.metric_value("peak_bandwidth") for r in members}
         varied = len(peaks - {None}) > 1 or len(bandwidths - {None}) > 1
         same = [r for r in roofs if (r["peak_gflops"], r["peak_bandwidth"]) == (peak, bandwidth)]
@@ -502,6 +508,61 @@ def _roofs(runs: Sequence[ReportRun], dtype: str) -> list[dict[str, Any]]:
             }
         )
     return roofs
+
+
+def _point_fraction(
+    point: dict[str, Any], run: ReportRun, dtype: str, roofs: Sequence[dict[str, Any]]
+) -> None:
+    """Put in ``point`` its fraction of the compute roof it sits under (``peak_fraction``),
+    that roof (``fraction_of``, GFLOP/s), the cores it counts (``peak_cores``: ``None``
+    for the machine's) and where the fraction comes from (``fraction_from``): ``stored``
+    by ``d5 bench op`` (of the peak of the threads the backend ran on), else ``roof``,
+    the point's GFLOP/s over the roof drawn for its run (``None`` without one)."""
+    labels = {k: point[k] for k in ("backend", "problem", "direction")}
+    stored = run.metric_value("peak_fraction", dtype=dtype, **labels)
+    of = run.metric_records("peak_gflops", dtype=dtype, **labels)
+    roof = next((r["peak_gflops"] for r in roofs if run.id in r["runs"]), None)
+    if stored is not None:
+        whole = _max_metric([run], "peak_gflops", dtype=dtype)[0]
+        point.update(peak_fraction=stored, fraction_from="stored",
+                     fraction_of=of[0].value if of else whole,
+                     peak_cores=of[0].labels.get("cores") if of else None)  # fmt: skip
+        return
+    fraction = point["gflops"] / roof if roof else None
+    point.update(peak_fraction=fraction, fraction_of=roof, peak_cores=None,
+                 fraction_from="roof" if roof else None)  # fmt: skip
+
+
+def _median_fractions(points: Sequence[dict[str, Any]]) -> dict[str, float]:
+    """Per backend, the median fraction of peak of its points (backends with none are
+    left out)."""
+    by_backend: dict[str, list[float]] = {}
+    for p in points:
+        if p["peak_fraction"] is not None:
+            by_backend.setdefault(p["backend"], []).append(p["peak_fraction"])
+    return {b: statistics.median(values) for b, values in sorted(by_backend.items())}
+
+
+def _legend_label(backend: str, fractions: Mapping[str, float]) -> str:
+    name = short_label(backend, 20)
+    fraction = fractions.get(backend)
+    return name if fraction is None else f"{name} ({100 * fraction:.0f}% of peak)"
+
+
+def _core_roofs(
+    points: Sequence[dict[str, Any]], roofs: Sequence[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """The peaks of fewer cores than a drawn roof's that stored fractions are of (a
+    backend on 1 thread of 2 cores), each once: ``cores`` and ``gflops``."""
+    drawn = [r["peak_gflops"] for r in roofs if r["peak_gflops"]]
+    found: dict[tuple[int, float], dict[str, Any]] = {}
+    for p in points:
+        cores, of = p["peak_cores"], p["fraction_of"]
+        if p["fraction_from"] != "stored" or not cores or not of:
+            continue
+        if not any(math.isclose(of, d, rel_tol=1e-3) for d in drawn):
+            found.setdefault((cores, round(of, 1)), {"cores": cores, "gflops": of})
+    return [found[k] for k in sorted(found)]
 
 
 def _roofline_figure(
@@ -547,6 +608,9 @@ def _roofline_figure(
         return None
     drawn_runs = [runs[i] for i in dict.fromkeys(p["run"] for p in points)]
     roofs = _roofs(drawn_runs, dtype)
+    for point in points:
+        _point_fraction(point, runs[point["run"]], dtype, roofs)
+    fractions = _median_fractions(points)
     figure = new_figure(6.4, 4.4)
     ax = figure.subplots()
     series: dict[tuple[str, str], list[dict[str, Any]]] = {}
@@ -605,6 +669,12 @@ def _roofline_figure(
                 rotation=0,
                 fontsize=7,
             )
+    core_roofs = _core_roofs(points, roofs)
+    for roof in core_roofs:
+        ax.plot([low, high], [roof["gflops"]] * 2, ":", color="#888888", linewidth=1)
+        cores = f"{roof['cores']} core{'s' if roof['cores'] != 1 else ''}"
+        ax.annotate(f"peak of {cores} {roof['gflops']:.0f} GFLOP/s", (high, roof["gflops"]),
+                    xytext=(-4, 3), textcoords="offset points", ha="right", fontsize=6)  # fmt: skip
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlim(low, high)
@@ -620,7 +690,8 @@ def _roofline_figure(
     backends = sorted({p["backend"] for p in points})
     directions = sorted({p["direction"] for p in points})
     handles = [
-        ax.plot([], [], "o", color=colors[b], label=_plain(short_label(b, 20)))[0] for b in backends
+        ax.plot([], [], "o", color=colors[b], label=_plain(_legend_label(b, fractions)))[0]
+        for b in backends
     ]
     if len(directions) > 1:
         handles += [
@@ -637,7 +708,10 @@ def _roofline_figure(
         "bandwidth times the intensity, as stored with the runs. A point above the lower "
         "roof did less work or moved less memory than counted (a Winograd or FFT "
         "convolution; tensors reused from cache). Problems without counted FLOPs have no "
-        "point."
+        "point. Each point's fraction of the compute roof it sits under is in the data: the "
+        "fraction d5 bench op stored, of the FMA peak of the threads the backend ran on "
+        "(dotted: the peaks of fewer cores than the machine's), else its GFLOP/s over the "
+        "roof drawn; the legend gives each backend's median fraction over its points."
     )
     if several:
         caption += (
@@ -665,6 +739,8 @@ def _roofline_figure(
         "dtype": dtype,
         "points": points,
         "roofs": roofs,
+        "core_roofs": core_roofs,
+        "peak_fractions": fractions,
         "not_drawn": without_bytes,
         "x_range": [low, high],
         "y_range": y_range,

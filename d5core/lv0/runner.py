@@ -409,8 +409,13 @@ class OperatorTiming:
     measurement: Any
     #: Achieved GFLOP/s at the median, when the problem's FLOPs are known.
     gflops: float | None
-    #: ``gflops`` over the machine's peak, when both are known.
+    #: ``gflops`` over ``peak_gflops``, when both are known.
     peak_fraction: float | None
+    #: The peak the fraction is of: that of the cores the backend ran on (``None``: no
+    #: fraction).
+    peak_gflops: float | None = None
+    #: The cores that peak counts (``None``: not known).
+    peak_cores: int | None = None
 
     @property
     def flops(self) -> int:
@@ -442,6 +447,8 @@ class OperatorTiming:
             "stopped_by": self.measurement.stopped_by,
             "gflops": self.gflops,
             "peak_fraction": self.peak_fraction,
+            "threads_peak_gflops": self.peak_gflops if self.peak_fraction else None,
+            "peak_cores": self.peak_cores if self.peak_fraction else None,
         }
 
 
@@ -454,15 +461,19 @@ def timing_of(
     *,
     device: str = "cpu",
     peak_gflops: float | None = None,
+    peak_cores: int | None = None,
 ) -> OperatorTiming:
     """The :class:`OperatorTiming` of ``measurement``: GFLOP/s at its median where the
-    FLOPs are counted, and the fraction of ``peak_gflops`` for an operator on the CPU."""
+    FLOPs are counted, and the fraction of ``peak_gflops`` (the peak of the
+    ``peak_cores`` cores the backend ran on) for an operator on the CPU."""
     flops = flops_of(problem, direction)
     median = measurement.summary.median
     gflops = flops / median / 1e9 if flops and median else None
     on_cpu = device == "cpu"
     fraction = gflops / peak_gflops if gflops and peak_gflops and on_cpu else None
-    return OperatorTiming(problem, backend, direction, dtype, measurement, gflops, fraction)
+    return OperatorTiming(
+        problem, backend, direction, dtype, measurement, gflops, fraction, peak_gflops, peak_cores
+    )
 
 
 def prepare(operator: Operator, direction: str, inputs: Sequence[np.ndarray], seed: int) -> Timed:

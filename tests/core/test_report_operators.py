@@ -55,9 +55,11 @@ def store_op_run(
     direction: str = "forward",
     dtype: str = "float32",
     extra_metrics: dict[str, float] | None = None,
+    peak_of: dict[str, tuple[float, int]] | None = None,
 ) -> str:
     """Store an ``op`` run as ``d5 bench op`` does; ``sizes=False`` leaves out the
-    problem metrics (a run made before they were stored)."""
+    problem metrics (a run made before they were stored); ``peak_of`` gives backends
+    the peak of their threads (GFLOP/s, cores), their fraction of it stored beside it."""
     problems = PROBLEMS if problems is None else problems
     times = TIMES if times is None else times
     config = {"op": op, "backends": list(times), "problems": list(problems), "dtype": dtype}
@@ -83,6 +85,11 @@ def store_op_run(
             if flops:
                 rates = [[flops / t / 1e9 for t in values] for values in per_process]
                 store_nested(store, run_id, "gflops", rates, labels=labels, unit="GFLOP/s")
+            if flops and backend in (peak_of or {}):
+                of, cores = (peak_of or {})[backend]
+                median = statistics.median(statistics.median(v) for v in per_process)
+                store.add_metric(run_id, "peak_fraction", flops / median / 1e9 / of, labels=labels)
+                store.add_metric(run_id, "peak_gflops", of, labels={**labels, "cores": cores})
     for name, value in (extra_metrics or {}).items():
         store.add_metric(run_id, name, value)
     store.finish_run(run_id)
@@ -189,6 +196,42 @@ def test_the_roofline_plots_stored_rates_at_stored_intensity_under_stored_roofs(
     assert ([12.5, data["x_range"][1]], [500.0, 500.0]) in flat
     low = data["x_range"][0]
     assert ([low, 12.5], [40.0 * low, 500.0]) in flat
+
+
+def test_every_roofline_point_carries_its_stored_fraction_of_the_peak_of_its_threads(store):
+    run_id = store_op_run(store, peak=500.0, peak_of={"torch": (250.0, 1)})
+    (run,) = report_runs(store, [run_id])
+    (figure,) = by_kind(operators.figures([run]))["roofline"]
+    for point in figure.data["points"]:
+        if point["backend"] == "torch":
+            stored_fraction = run.metric_value(
+                "peak_fraction", backend="torch", problem=point["problem"]
+            )
+            assert point["peak_fraction"] == stored_fraction
+            assert (point["fraction_of"], point["peak_cores"]) == (250.0, 1)
+            assert point["fraction_from"] == "stored"
+        else:  # numpy stored no fraction: its GFLOP/s over the roof drawn
+            assert point["peak_fraction"] == point["gflops"] / 500.0
+            assert (point["fraction_of"], point["fraction_from"]) == (500.0, "roof")
+    # the roof stays the machine's, and the 1-core peak is drawn as its own roof
+    assert [r["peak_gflops"] for r in figure.data["roofs"]] == [500.0]
+    assert figure.data["core_roofs"] == [{"cores": 1, "gflops": 250.0}]
+    flat = [list(line.get_ydata()) for line in figure.figure.axes[0].lines]
+    assert [250.0, 250.0] in flat
+    assert "fraction of the compute roof it sits under" in figure.caption
+
+
+def test_the_roofline_legend_gives_each_backend_its_median_fraction_of_peak(store):
+    run_id = store_op_run(store, peak=500.0, peak_of={"torch": (250.0, 1)})
+    (figure,) = by_kind(operators.figures(report_runs(store, [run_id])))["roofline"]
+    points = figure.data["points"]
+    expected = {
+        b: statistics.median(p["peak_fraction"] for p in points if p["backend"] == b)
+        for b in ("numpy", "torch")
+    }
+    assert figure.data["peak_fractions"] == pytest.approx(expected)
+    legend = [t.get_text() for t in figure.figure.axes[0].get_legend().get_texts()]
+    assert legend == [f"{b} ({100 * expected[b]:.0f}% of peak)" for b in ("numpy", "torch")]
 
 
 def test_a_run_without_stored_bytes_is_named_in_the_roofline_caption(store):

@@ -135,15 +135,36 @@ def test_bench_op_stores_gflops_and_the_peak_for_a_problem_given_by_shape(db, d5
     (row,) = read_json(result.stdout)
     flops = 2 * 64 * 16 * 32
     assert row["gflops"] == pytest.approx(flops / row["median"] / 1e9)
-    assert row["peak_fraction"] == pytest.approx(row["gflops"] / 1000)
+    assert row["peak_fraction"] == pytest.approx(row["gflops"] / row["threads_peak_gflops"])
     ((gflops, rates),) = _measurements(db, row["run_id"], "gflops")
     ((_, times),) = _measurements(db, row["run_id"], "time")
     assert gflops.unit == "GFLOP/s"
     assert rates == pytest.approx([flops / t / 1e9 for t in times])
-    (peak,) = _metrics(db, row["run_id"], "peak_gflops")
-    assert peak.value == 1000 and peak.labels["source"] == "D5_PEAK_GFLOPS"
+    machine, backend = _metrics(db, row["run_id"], "peak_gflops")
+    assert machine.value == 1000 and machine.labels["source"] == "D5_PEAK_GFLOPS"
+    assert backend.value == row["threads_peak_gflops"] and backend.labels["backend"] == "numpy"
     (fraction,) = _metrics(db, row["run_id"], "peak_fraction")
     assert fraction.value == pytest.approx(row["peak_fraction"])
+
+
+def test_bench_op_divides_a_one_thread_backend_by_the_peak_of_one_core(db, d5_cli, monkeypatch):
+    from d5core.lv0.workloads.roofline import usable_cores
+
+    monkeypatch.setenv("D5_PEAK_GFLOPS", "1000")
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # numpy's BLAS threads, read by the workers
+    result = d5_cli(
+        "bench", "op", "Gemm", "--backends", "numpy", "--shape", "64x32,32x16",
+        "--time-budget", "0.05", "--processes", "1", "--json",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    (row,) = read_json(result.stdout)
+    assert row["threads"] == 1
+    one_core = 1000 / usable_cores()
+    assert (row["threads_peak_gflops"], row["peak_cores"]) == (pytest.approx(one_core), 1)
+    assert row["peak_fraction"] == pytest.approx(row["gflops"] / one_core)
+    assert row["peak_gflops"] == 1000  # the machine's, on every usable core
+    (_, stored) = _metrics(db, row["run_id"], "peak_gflops")
+    assert (stored.value, stored.labels["cores"]) == (pytest.approx(one_core), 1)
 
 
 # -- item 12 ---------------------------------------------------------------------------

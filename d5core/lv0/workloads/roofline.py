@@ -17,6 +17,9 @@ The peak is, in order:
    from ``/proc/cpuinfo``. Its clock is often the base clock, so a core that boosts
    above it can exceed this "peak"; it is labelled as an estimate wherever it is shown.
 
+A :class:`Peak` knows the cores it counts, so that a backend that ran on fewer threads is
+judged against the peak of those cores only (:meth:`Peak.of_threads`).
+
 Convolution rates count the FLOPs of a direct convolution; a backend using Winograd or
 FFT does fewer, so its effective rate may exceed even a measured peak.
 """
@@ -100,10 +103,25 @@ float d5_fma(long iterations, float seed) {
 
 @dataclass(frozen=True)
 class Peak:
-    """A peak rate in GFLOP/s per dtype, and how it was obtained."""
+    """A peak rate in GFLOP/s per dtype, how it was obtained, and the cores it counts
+    (the threads of the measured loop; the usable cores for an override or estimate)."""
 
     gflops: dict[str, float]
     source: str
+    cores: int = 1
+
+    def per_core(self, dtype: str) -> float | None:
+        """One core's share of the peak for ``dtype``; ``None`` where it is unknown."""
+        rate = self.gflops.get(dtype)
+        return rate / max(1, self.cores) if rate else None
+
+    def of_threads(self, dtype: str, threads: int | None) -> float | None:
+        """The peak of ``threads`` cores (at most all of them): what a backend that ran
+        on that many threads can reach. Unknown ``threads``: the whole machine's peak."""
+        per_core = self.per_core(dtype)
+        if per_core is None or not threads or threads < 1 or threads >= self.cores:
+            return self.gflops.get(dtype)
+        return per_core * threads
 
 
 def _rates(float32: float) -> dict[str, float]:
@@ -128,7 +146,7 @@ def peak_override() -> Peak | None:
         must_be="a positive number of float32 GFLOP/s",
         unset_to="measure this machine's peak",
     )
-    return None if value is None else Peak(_rates(value), PEAK_ENV_VAR)
+    return None if value is None else Peak(_rates(value), PEAK_ENV_VAR, usable_cores())
 
 
 def cpu_peak() -> Peak:
@@ -149,23 +167,35 @@ def _machine_peak() -> Peak:
     key = machine_key()
     cached = cached_value(path, key, "float32")
     if cached is not None:
-        return Peak(_rates(cached[0]), cached[1])
+        return Peak(_rates(cached[0]), cached[1], _cached_cores(path, key))
     estimate = estimate_peak()
     busy = machine_busy()
     measured = measure_peak()
     if measured is None:
-        return Peak(estimate.gflops, f"{estimate.source} (no C compiler to measure it)")
+        return Peak(
+            estimate.gflops, f"{estimate.source} (no C compiler to measure it)", estimate.cores
+        )
     float32 = measured.gflops["float32"]
     if not busy:
-        write_cache(path, key, {"float32": float32, "how": measured.source})
+        entry = {"float32": float32, "how": measured.source, "cores": measured.cores}
+        write_cache(path, key, entry)
         return measured
     if float32 >= estimate.gflops.get("float32", 0.0):
-        return Peak(measured.gflops, f"{measured.source} under load (not cached)")
+        return Peak(measured.gflops, f"{measured.source} under load (not cached)", measured.cores)
     return Peak(
         estimate.gflops,
         f"{estimate.source}; the FMA loop reached only {float32:.0f} GFLOP/s under load "
         f"(not cached)",
+        estimate.cores,
     )
+
+
+def _cached_cores(path: Path, key: str) -> int:
+    """The cores a cached peak was measured on: stored beside it, else (a cache written
+    before d5 stored them) the usable cores, whose count is part of the machine's key."""
+    entry = read_cache(path).get(key)
+    cores = entry.get("cores") if isinstance(entry, dict) else None
+    return cores if isinstance(cores, int) and cores > 0 else usable_cores()
 
 
 def cached_value(path: Path, key: str, name: str) -> tuple[float, str] | None:
@@ -313,7 +343,7 @@ def measure_peak(threads: int | None = None) -> Peak | None:
         flops = lib.d5_flops_per_iteration() * iterations * threads
         bits = lib.d5_vector_bits()
     how = f"measured: {bits}-bit FMA loop on {threads} core(s)"
-    return Peak(_rates(flops / best / 1e9), how)
+    return Peak(_rates(flops / best / 1e9), how, threads)
 
 
 def estimate_peak(cores: int | None = None) -> Peak:
@@ -330,7 +360,7 @@ def estimate_peak(cores: int | None = None) -> Peak:
     elif info.get("cpu mhz"):
         ghz = float(info["cpu mhz"]) / 1000
     if ghz <= 0:
-        return Peak({}, f"unknown: no clock rate in /proc/cpuinfo; set {PEAK_ENV_VAR}")
+        return Peak({}, f"unknown: no clock rate in /proc/cpuinfo; set {PEAK_ENV_VAR}", cores)
     # AMD cores before Zen 5 (CPU family 26) execute 512-bit instructions as two
     # 256-bit halves, so only their 256-bit rate counts.
     amd_halves = info.get("vendor_id") == "AuthenticAMD" and int(info.get("cpu family", 0)) < 26
@@ -341,4 +371,4 @@ def estimate_peak(cores: int | None = None) -> Peak:
     f32 = cores * ghz * (bits / 32) * fma * units
     how = f"{cores} cores x {ghz:.2f} GHz x {bits}-bit vectors x {units} units"
     how += " x FMA" if fma == 2 else " without FMA"
-    return Peak(_rates(f32), f"estimate: {how}")
+    return Peak(_rates(f32), f"estimate: {how}", cores)
