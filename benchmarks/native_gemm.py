@@ -1,237 +1,317 @@
-"""d5-kernels' GEMM against numpy's (OpenBLAS) on square float32 products.
+"""d5-kernels' GEMM against numpy's (OpenBLAS) and torch's (MKL), float32 and float64.
 
-For each thread count (native: ``omp_set_num_threads`` through
-``d5_kernels.set_num_threads``; numpy: threadpoolctl when installed, else one
-subprocess per thread count with ``OPENBLAS_NUM_THREADS`` set) and each size, the two
-sides run in alternation, round after round, in one process; each round times a batch
-of calls of each side (``np.matmul`` into a preallocated output, the native GEMM into
-another), after a pause that lets the other side's threads stop spinning, and the table
-shows medians over rounds. Both sides are checked to agree
-first. Each row also shows the share of the CPU other processes used while it was
-measured (from /proc); a busy row is measured again, and the quietest attempt kept.
-The roof is one core's FMA throughput measured by d5-kernels' own tiny kernel
-(independent multiply-add chains with the ISA's widest FMA), times the thread count.
-The target is native >= 80% of numpy on 1 and 2 threads (moonshot: >= 100%).
+Each row is one product ``Y[m, n] = op(A) @ op(B)`` (square sizes, then DeepBench
+training shapes, written ``MxNxK`` with ``:At``/``:Bt`` for a transposed operand), one
+dtype and one thread count. Three sides compute it into buffers made beforehand: the
+native GEMM (``d5_kernels._native.gemm``, which takes a transposed operand as a strided
+view, as d5's ``Gemm`` operator passes it), ``np.matmul(..., out=)`` and
+``torch.mm(..., out=)`` on the same arrays. They are first checked to agree, then timed
+in interleaved rounds (see ``_rounds.py``): the table shows each side's median GFLOP/s
+and its share of the FMA peak (one core's, measured by d5-kernels with the widest FMA
+the CPU runs, times the thread count), and native's speed over numpy's and torch's as
+the ratio of the medians with the range of the per-round ratios. The issue's target is
+native >= 0.9 of the faster library on every row.
 
-    .venv/bin/python benchmarks/native_gemm.py [--sizes 512,1024,2048] [--threads 1,2]
-        [--rounds 7] [--isa avx2] [--json]
+Threads: ``d5_kernels.set_num_threads`` (OpenMP), threadpoolctl for numpy's OpenBLAS,
+``torch.set_num_threads``. OpenBLAS runs its own choice of kernels: the script starts
+again without ``OPENBLAS_CORETYPE``/``OPENBLAS_L2_SIZE`` if they are set, and the header
+names the kernels OpenBLAS loaded (threadpoolctl's ``architecture``). Each row waits for
+the load average to fall under the core count and is measured again if it rose meanwhile.
 
-``--isa`` forces d5-kernels' micro-kernels (default: the best this CPU runs), for
-example ``avx2`` to compare like for like with an OpenBLAS that runs its AVX2 kernels
-(threadpoolctl's ``architecture`` says which; the table's header line shows it).
+    .venv/bin/python benchmarks/native_gemm.py [--sizes 256,512,1024,2048]
+        [--shapes 1760x16x1760,35x8457x2048,...] [--dtype float32,float64]
+        [--threads 1,2] [--rounds 5] [--retries 2] [--max-wait 120] [--isa avx2] [--json]
+
+A quick look: ``--sizes 512 --shapes "" --dtype float32 --threads 1 --rounds 3``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import statistics
-import subprocess
+import re
 import sys
-import time
 from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
 import d5_kernels
 import numpy as np
+import torch
 from _machine import load, machine
+from _rounds import (
+    IDLE_GAP,
+    LoadWatch,
+    Waiting,
+    add_common_arguments,
+    cores,
+    drop_openblas_overrides,
+    interleaved,
+    isa_line,
+    load_footer,
+    measure_peaks,
+    measure_row,
+    parse_list,
+    ratio_cell,
+    ratio_summary,
+    select_isa,
+    side_cell,
+    side_summary,
+)
 from d5_kernels import _native
 
-from d5core.measure.fitness import MachineState, snapshot
+__all__ = ["Shape", "main", "parse_shape"]
 
-#: Seconds each side gets per round (a batch of calls).
+#: Square sizes measured by default.
+DEFAULT_SIZES = "256,512,1024,2048"
+#: DeepBench training GEMMs measured by default: thin (n = 16) and moderate (n = 128)
+#: products, a large one, a short wide one (m = 35) and one with a transposed A.
+DEFAULT_SHAPES = (
+    "1760x16x1760,1760x128x1760,2048x7000x2048,35x8457x2048,7680x16x2560,3072x128x1024,"
+    "1760x128x1760:At"
+)
+#: Seconds each side computes per round (at least one call).
 BATCH_SECONDS = 0.15
-#: A row measured while other processes used more than this share of the CPU is
-#: measured again (up to ``--retries`` times); the quietest attempt is kept.
-BUSY_LIMIT = 0.10
+#: Largest difference from numpy allowed, relative to the largest element of Y.
+TOLERANCE = {"float32": 1e-4, "float64": 1e-11}
+#: The issue's target: native at least this fraction of the faster library's speed.
+TARGET = 0.9
 
 
-def others_share(before: MachineState, after: MachineState) -> float:
-    """The share of all cores' time other processes used between two snapshots (0 when
-    /proc cannot be read)."""
-    if before.cpu is None or after.cpu is None:
-        return 0.0
-    if before.own_ticks is None or after.own_ticks is None:
-        return 0.0
-    total = after.cpu.total - before.cpu.total
-    others = (after.cpu.busy - before.cpu.busy) - (after.own_ticks - before.own_ticks)
-    return max(0.0, others / total) if total > 0 else 0.0
+@dataclass(frozen=True)
+class Shape:
+    """``Y[m, n] = op(A) @ op(B)`` with an inner dimension ``k``; A is stored ``k x m``
+    when ``trans_a``, B ``n x k`` when ``trans_b``."""
+
+    m: int
+    n: int
+    k: int
+    trans_a: bool = False
+    trans_b: bool = False
+
+    @property
+    def label(self) -> str:
+        marks = ("At" if self.trans_a else "") + ("Bt" if self.trans_b else "")
+        return f"{self.m}x{self.n}x{self.k}" + (f":{marks}" if marks else "")
+
+    @property
+    def flops(self) -> int:
+        return 2 * self.m * self.n * self.k
 
 
-def quietest(measure_once: Callable[[], dict[str, Any]], retries: int) -> dict[str, Any]:
-    """The row of ``measure_once`` measured with the least competition from other
-    processes, trying again while they used more than :data:`BUSY_LIMIT` of the CPU."""
-    best: dict[str, Any] | None = None
-    for _ in range(retries + 1):
-        before = snapshot()
-        row = measure_once()
-        row["others_cpu"] = others_share(before, snapshot())
-        if best is None or row["others_cpu"] < best["others_cpu"]:
-            best = row
-        if best["others_cpu"] <= BUSY_LIMIT:
-            break
-    assert best is not None
-    return best
+def parse_shape(text: str) -> Shape:
+    """``"MxNxK"``, optionally followed by ``:At``, ``:Bt`` or ``:AtBt``."""
+    found = re.fullmatch(r"(\d+)x(\d+)x(\d+)(?::(At)?(Bt)?)?", text.strip())
+    if not found or min(int(found[i]) for i in (1, 2, 3)) < 1:
+        raise SystemExit(
+            f"cannot read GEMM shape {text!r}: write MxNxK with positive sizes, "
+            "optionally with :At, :Bt or :AtBt (for example 1760x128x1760:At)"
+        )
+    m, n, k = (int(found[i]) for i in (1, 2, 3))
+    return Shape(m, n, k, found[4] is not None, found[5] is not None)
 
 
-#: Seconds of idleness before each batch: the other side's worker threads stop
-#: spinning (OpenBLAS's spin for about 2^28 cycles after a call, tens of milliseconds)
-#: and so do not compete with this side's threads for the two cores.
-IDLE_GAP = 0.2
+def operands(shape: Shape, dtype: str) -> tuple[np.ndarray, np.ndarray]:
+    """op(A) and op(B), transposed ones as views of the stored matrix (no copy)."""
+    rng = np.random.default_rng(shape.m * 7 + shape.n * 3 + shape.k)
+    a_stored = (shape.k, shape.m) if shape.trans_a else (shape.m, shape.k)
+    b_stored = (shape.n, shape.k) if shape.trans_b else (shape.k, shape.n)
+    a = rng.standard_normal(a_stored).astype(dtype)
+    b = rng.standard_normal(b_stored).astype(dtype)
+    return (a.T if shape.trans_a else a), (b.T if shape.trans_b else b)
 
 
-def per_call(run: Callable[[], object], seconds: float) -> float:
-    """Seconds per call of ``run`` over a batch lasting about ``seconds``, started after
-    :data:`IDLE_GAP` seconds of idleness and two warm-up calls."""
-    time.sleep(IDLE_GAP)
-    run()
-    start = time.perf_counter()
-    run()
-    once = max(time.perf_counter() - start, 1e-6)
-    reps = max(1, int(seconds / once))
-    start = time.perf_counter()
-    for _ in range(reps):
+def blas_limits(threads: int) -> Any:
+    """A context that limits numpy's BLAS to ``threads``."""
+    from threadpoolctl import threadpool_limits
+
+    return threadpool_limits(limits=threads, user_api="blas")
+
+
+def blas_info() -> dict[str, str]:
+    """numpy's BLAS (threadpoolctl): library, version and the kernels it loaded."""
+    from threadpoolctl import threadpool_info
+
+    found = [info for info in threadpool_info() if info.get("user_api") == "blas"]
+    # numpy's own BLAS lives in numpy.libs; scipy, if something imported it, brings another.
+    found.sort(key=lambda info: "numpy" not in str(info.get("filepath", "")))
+    if not found:
+        return {"library": "unknown", "version": "", "architecture": "unknown"}
+    info = found[0]
+    return {
+        "library": str(info.get("internal_api")),
+        "version": str(info.get("version")),
+        "architecture": str(info.get("architecture")),
+    }
+
+
+def torch_blas() -> str:
+    """torch's version and the MKL it was built with."""
+    mkl = re.search(r"Math Kernel Library Version (\S+)", torch.__config__.show())
+    return f"torch {torch.__version__} (MKL {mkl[1] if mkl else 'not found'})"
+
+
+def sides_of(shape: Shape, dtype: str) -> dict[str, Callable[[], object]]:
+    """The three sides' callables, after checking that they agree."""
+    a, b = operands(shape, dtype)
+    y = {name: np.empty((shape.m, shape.n), dtype) for name in ("native", "numpy", "torch")}
+    ta, tb, ty = torch.from_numpy(a), torch.from_numpy(b), torch.from_numpy(y["torch"])
+    sides: dict[str, Callable[[], object]] = {
+        "native": lambda: _native.gemm(a, b, y["native"], 1.0, 0.0),
+        "numpy": lambda: np.matmul(a, b, out=y["numpy"]),
+        "torch": lambda: torch.mm(ta, tb, out=ty),
+    }
+    for run in sides.values():
         run()
-    return (time.perf_counter() - start) / reps
-
-
-def blas_threads(threads: int) -> AbstractContextManager[Any]:
-    """Limit numpy's BLAS to ``threads`` (threadpoolctl), or do nothing when the
-    process was started with OPENBLAS_NUM_THREADS set for it."""
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:
-        return nullcontext()
-    limits: AbstractContextManager[Any] = threadpool_limits(limits=threads, user_api="blas")
-    return limits
-
-
-def blas_name() -> str:
-    """numpy's BLAS and the kernels it runs (threadpoolctl), or its name alone."""
-    try:
-        from threadpoolctl import threadpool_info
-    except ImportError:
-        return "BLAS unknown (threadpoolctl not installed)"
-    blas = [info for info in threadpool_info() if info.get("user_api") == "blas"]
-    # numpy's own BLAS lives in numpy.libs; scipy (imported by some modules) brings another.
-    blas.sort(key=lambda info: "numpy" not in str(info.get("filepath", "")))
-    if not blas:
-        return "BLAS unknown"
-    info = blas[0]
-    return f"{info.get('internal_api')} {info.get('version')} ({info.get('architecture')})"
-
-
-def measure(size: int, threads: int, rounds: int) -> dict[str, Any]:
-    rng = np.random.default_rng(size)
-    a = rng.standard_normal((size, size), dtype=np.float32)
-    b = rng.standard_normal((size, size), dtype=np.float32)
-    y_native = np.empty((size, size), np.float32)
-    y_numpy = np.empty((size, size), np.float32)
-    d5_kernels.set_num_threads(threads)
-    with blas_threads(threads):
-        np.matmul(a, b, out=y_numpy)
-        _native.gemm(a, b, y_native, 1.0, 0.0)
-        scale = float(np.abs(y_numpy).max())
-        if float(np.abs(y_native - y_numpy).max()) > 1e-4 * scale:
-            raise SystemExit(f"native and numpy disagree at n={size}")
-        sides: dict[str, list[float]] = {"native": [], "numpy": []}
-        for _ in range(rounds):
-            sides["native"].append(
-                per_call(lambda: _native.gemm(a, b, y_native, 1.0, 0.0), BATCH_SECONDS)
+    scale = max(float(np.abs(y["numpy"]).max()), 1e-30)
+    for name in ("native", "torch"):
+        error = float(np.abs(y[name] - y["numpy"]).max()) / scale
+        if not error <= TOLERANCE[dtype]:
+            raise SystemExit(
+                f"{name} and numpy disagree on {shape.label} {dtype} (relative error "
+                f"{error:.1e}); check the build before timing it"
             )
-            sides["numpy"].append(per_call(lambda: np.matmul(a, b, out=y_numpy), BATCH_SECONDS))
-    flops = 2.0 * size**3
-    native = flops / statistics.median(sides["native"]) / 1e9
-    numpy = flops / statistics.median(sides["numpy"]) / 1e9
-    return {"threads": threads, "n": size, "native_gflops": native, "numpy_gflops": numpy}
+    return sides
 
 
-def run_in_subprocess(
-    threads: int, sizes: list[int], rounds: int, retries: int
-) -> list[dict[str, Any]]:
-    """The rows for one thread count, measured in a child with OPENBLAS_NUM_THREADS."""
-    env = {**os.environ, "OPENBLAS_NUM_THREADS": str(threads), "OMP_NUM_THREADS": str(threads)}
-    argv = [sys.executable, __file__, "--sizes", ",".join(map(str, sizes))]
-    argv += ["--threads", str(threads), "--rounds", str(rounds), "--rows-only"]
-    argv += ["--isa", d5_kernels.isa(), "--retries", str(retries)]
-    done = subprocess.run(argv, env=env, capture_output=True, text=True, check=True)
-    rows: list[dict[str, Any]] = json.loads(done.stdout)
-    return rows
+def measure(
+    shape: Shape, dtype: str, threads: int, rounds: int, peak: float, watch: LoadWatch
+) -> dict[str, Any]:
+    """One row: every side timed in interleaved rounds with ``threads`` threads."""
+    d5_kernels.set_num_threads(threads)
+    torch.set_num_threads(threads)
+    with blas_limits(threads):
+        sides = sides_of(shape, dtype)
+        times = interleaved(sides, rounds, BATCH_SECONDS, watch)
+    roof = peak * threads
+    row: dict[str, Any] = {
+        "dtype": dtype,
+        "threads": threads,
+        "shape": shape.label,
+        "m": shape.m,
+        "n": shape.n,
+        "k": shape.k,
+        "trans_a": shape.trans_a,
+        "trans_b": shape.trans_b,
+        "flops": shape.flops,
+        "roof_gflops": roof,
+    }
+    for name, seconds in times.items():
+        row[name] = side_summary(seconds, shape.flops, roof)
+    for other in ("numpy", "torch"):
+        row[f"native_vs_{other}"] = ratio_summary(times["native"], times[other], shape.flops)
+    row["native_vs_best"] = min(row["native_vs_numpy"]["ratio"], row["native_vs_torch"]["ratio"])
+    return row
+
+
+def header(report: dict[str, Any]) -> list[str]:
+    blas = report["blas"]
+    removed = report["openblas_env_removed"]
+    peaks = ", ".join(f"{d} {g:.1f}" for d, g in report["peak_gflops_per_core"].items())
+    tiles = "; ".join(
+        f"{dtype} tile {b.mr}x{b.nr}, kc={b.kc} mc={b.mc} nc={b.nc}"
+        for dtype in report["peak_gflops_per_core"]
+        for b in [d5_kernels.blocking(report["isa"], dtype)]
+    )
+    return [
+        f"machine: {report['machine']}; {report['load_at_start']}",
+        f"{report['isa_line']}; {tiles}",
+        f"numpy: {blas['library']} {blas['version']} running its {blas['architecture']} "
+        f"kernels ({'removed ' + ', '.join(removed) if removed else 'no OpenBLAS overrides set'}"
+        f"); {report['torch']}",
+        f"FMA peak per core (GFLOP/s, {report['peak_isa']}): {peaks}; % = share of that "
+        "peak times the threads",
+        f"{report['rounds']} interleaved rounds (rotating order, {IDLE_GAP} s idle before "
+        "each batch): medians; ratios are native's speed over the library's, the ratio of "
+        "the medians [lowest, highest per-round ratio]",
+        "",
+    ]
+
+
+def table(report: dict[str, Any]) -> str:
+    lines = header(report)
+    lines.append(
+        "| dtype | threads | MxNxK | native GFLOP/s (% peak) | numpy | torch | native / numpy "
+        "| native / torch | load | under cores | others' CPU |"
+    )
+    lines.append("|---|---|---|---|---|---|---|---|---|---|---|")
+    for row in report["rows"]:
+        others = row["others_cpu"]
+        lines.append(
+            f"| {row['dtype']} | {row['threads']} | {row['shape']} | {side_cell(row['native'])} "
+            f"| {side_cell(row['numpy'])} | {side_cell(row['torch'])} "
+            f"| {ratio_cell(row['native_vs_numpy'])} | {ratio_cell(row['native_vs_torch'])} "
+            f"| {row['load']:.2f} | {'yes' if row['load_under_cores'] else 'no'} "
+            f"| {'?' if others is None else f'{100 * others:.0f}%'} |"
+        )
+    reached = sum(row["native_vs_best"] >= TARGET for row in report["rows"])
+    worst = min(report["rows"], key=lambda row: row["native_vs_best"])
+    lines += [
+        "",
+        f"native >= {TARGET} of the faster library on {reached} of {len(report['rows'])} rows; "
+        f"worst {worst['native_vs_best']:.2f} ({worst['dtype']}, {worst['threads']} "
+        f"thread(s), {worst['shape']}).",
+        load_footer(report),
+        "others' CPU: the share of all cores' time other processes used during the row "
+        "(/proc/stat).",
+    ]
+    return "\n".join(lines)
+
+
+def shapes_of(args: argparse.Namespace) -> list[Shape]:
+    squares = [Shape(int(n), int(n), int(n)) for n in parse_list(args.sizes)]
+    shapes = squares + [parse_shape(text) for text in parse_list(args.shapes)]
+    if not shapes:
+        raise SystemExit("no GEMM to measure: give --sizes or --shapes")
+    return shapes
 
 
 def main() -> int:
+    removed = drop_openblas_overrides()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="512,1024,2048")
-    parser.add_argument("--threads", default="1,2")
-    parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--retries", type=int, default=2, help="re-measure busy rows")
-    parser.add_argument("--isa", default=None, help="force generic, avx2 or avx512")
-    parser.add_argument("--json", action="store_true")
-    parser.add_argument("--rows-only", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--sizes", default=DEFAULT_SIZES, help="square sizes (n = m = k)")
+    parser.add_argument("--shapes", default=DEFAULT_SHAPES, help="MxNxK[:At|:Bt|:AtBt], ...")
+    parser.add_argument("--dtype", default="float32,float64", help="float32, float64 or both")
+    add_common_arguments(parser, rounds=5)
     args = parser.parse_args()
-    sizes = [int(s) for s in args.sizes.split(",")]
-    thread_counts = [int(t) for t in args.threads.split(",")]
-    if args.isa:
-        d5_kernels.set_isa(args.isa)
-    try:
-        import threadpoolctl  # noqa: F401
-
-        in_process = True
-    except ImportError:
-        in_process = False
-    if args.rows_only:
-        rows = [
-            quietest(partial(measure, n, t, args.rounds), args.retries)
-            for t in thread_counts
-            for n in sizes
-        ]
-        print(json.dumps(rows))
-        return 0
-    where = machine()
-    peak = d5_kernels.peak_gflops(d5_kernels.isa(), "float32", 0.3)
-    rows = []
-    for t in thread_counts:
-        if in_process:
-            rows += [quietest(partial(measure, n, t, args.rounds), args.retries) for n in sizes]
-        else:
-            rows += run_in_subprocess(t, sizes, args.rounds, args.retries)
-    for row in rows:
-        row["roof_gflops"] = peak * row["threads"]
-        row["ratio"] = row["native_gflops"] / row["numpy_gflops"]
-    if args.json:
-        print(json.dumps({"machine": where, "isa": d5_kernels.isa(), "rows": rows}, indent=2))
-        return 0
-    blocking = d5_kernels.blocking(d5_kernels.isa(), "float32")
-    print(f"machine: {where}; {load()}")
-    print(
-        f"native GEMM: {d5_kernels.isa()} micro-kernel {blocking.mr}x{blocking.nr}, "
-        f"kc={blocking.kc} mc={blocking.mc} nc={blocking.nc}; roof (FMA peak) "
-        f"{peak:.1f} GFLOP/s per core; numpy: {blas_name()}; {args.rounds} interleaved "
-        f"rounds, medians\n"
-    )
-    print(
-        "| threads | n | native GFLOP/s | numpy GFLOP/s | native / numpy | native % of roof "
-        "| others' CPU |"
-    )
-    print("|---|---|---|---|---|---|---|")
-    for row in rows:
-        print(
-            f"| {row['threads']} | {row['n']} | {row['native_gflops']:.1f} | "
-            f"{row['numpy_gflops']:.1f} | {row['ratio']:.2f} | "
-            f"{100 * row['native_gflops'] / row['roof_gflops']:.0f}% | "
-            f"{100 * row['others_cpu']:.0f}% |"
+    select_isa(args.isa)
+    dtypes = parse_list(args.dtype)
+    if not set(dtypes) <= set(TOLERANCE) or not dtypes:
+        raise SystemExit(f"--dtype {args.dtype!r}: choose float32, float64 or both")
+    shapes = shapes_of(args)
+    # machine() applies d5's allocator policy, as d5 does before it measures.
+    where, load_at_start = machine(), load()
+    peaks = measure_peaks(dtypes)
+    waiting = Waiting(args.max_wait, args.wait_budget)
+    rows = [
+        measure_row(
+            partial(measure, shape, dtype, threads, args.rounds, peaks[dtype]),
+            args.retries,
+            waiting,
         )
-    worst = min(row["ratio"] for row in rows)
-    print(f"\nworst native / numpy: {worst:.2f} (target >= 0.80, moonshot >= 1.00)")
-    print(
-        "others' CPU: the share of all cores other processes used while the row was "
-        f"measured; a row above {BUSY_LIMIT:.0%} was measured up to {args.retries} more "
-        "times and the quietest attempt kept (with 2 threads on 2 cores, any competition "
-        "stalls both sides)"
-    )
+        for dtype in dtypes
+        for threads in (int(t) for t in parse_list(args.threads))
+        for shape in shapes
+    ]
+    report = {
+        "machine": where,
+        "cores": cores(),
+        "load_at_start": load_at_start,
+        "isa": d5_kernels.isa(),
+        "isa_line": isa_line(),
+        "peak_isa": d5_kernels.available_isas()[-1],
+        "peak_gflops_per_core": peaks,
+        "blas": blas_info(),
+        "openblas_env_removed": removed,
+        "torch": torch_blas(),
+        "rounds": args.rounds,
+        "retries": args.retries,
+        "waiting": waiting.report(),
+        "all_rows_under_cores": all(row["load_under_cores"] for row in rows),
+        "rows": rows,
+    }
+    print(json.dumps(report, indent=2) if args.json else table(report))
     return 0
 
 

@@ -100,3 +100,56 @@ def test_plugins_add_suites_through_the_hook(d5_plugin_manager):
     (problem,) = suite("my-mlp", "Gemm")
     assert problem.label == "tiny"
     assert [s.shape for s in problem.inputs] == [(8, 4), (4, 2)]
+
+
+def _conv_layers(name: str) -> set[tuple[int, tuple[int, ...], tuple[int, ...], int]]:
+    """(batch, X shape, W shape, stride) of every problem of suite ``name``."""
+    layers = set()
+    for p in suite(name, "Conv"):
+        assert p.attributes["pads"] == [1, 1, 1, 1]
+        stride_h, stride_w = p.attributes["strides"]
+        assert stride_h == stride_w
+        x, w = (s.shape for s in p.inputs)
+        layers.add((x[0], x, w, stride_h))
+    return layers
+
+
+def test_resnet20_suite_holds_cifar_resnet20s_3x3_layers_at_batch_1_and_32():
+    stages = [(16, 16, 32, 1), (32, 32, 16, 1), (64, 64, 8, 1), (16, 32, 32, 2), (32, 64, 16, 2)]
+    want = {
+        (n, (n, c, side, side), (k, c, 3, 3), stride)
+        for n in (1, 32)
+        for c, k, side, stride in stages
+    }
+    assert _conv_layers("resnet20-conv3x3") == want
+    assert len(SUITES["resnet20-conv3x3"]) == 10
+
+
+def test_resnet50_suite_holds_resnet50_v15s_3x3_layers_at_batch_1_and_32():
+    stages = [(64, 56, 1), (128, 28, 1), (256, 14, 1), (512, 7, 1)]
+    stages += [(128, 56, 2), (256, 28, 2), (512, 14, 2)]
+    want = {
+        (n, (n, c, side, side), (c, c, 3, 3), stride) for n in (1, 32) for c, side, stride in stages
+    }
+    assert _conv_layers("resnet50-conv3x3") == want
+    assert len(SUITES["resnet50-conv3x3"]) == 14
+
+
+@pytest.mark.parametrize("name", ["resnet20-conv3x3", "resnet50-conv3x3"])
+def test_resnet_suites_count_direct_convolution_flops_on_the_strided_output(name):
+    for p in suite(name):
+        (n, c, h, w), (k, _, r, s) = (spec.shape for spec in p.inputs)
+        stride = p.attributes["strides"][0]
+        out = (h + 2 - 3) // stride + 1  # pad 1 each side
+        assert out == h // stride
+        assert p.flops == 2 * n * k * c * r * s * out * out
+        assert f"n={n} c={c} {h}x{w} k={k} 3x3" in p.label
+        assert f"stride={stride},{stride}" in p.label
+
+
+def test_every_resnet50_3x3_layer_costs_the_same_per_image():
+    # Each stage halves the side and doubles the channels, so every layer costs
+    # 2 * 9 * 64^2 * 56^2 FLOPs per image; a stride-2 layer reads a side twice as large
+    # and writes the same output as the stage it opens. A wrong entry breaks the equality.
+    per_image = {p.flops // p.inputs[0].shape[0] for p in suite("resnet50-conv3x3")}
+    assert per_image == {2 * 9 * 64 * 64 * 56 * 56}

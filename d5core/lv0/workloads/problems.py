@@ -385,12 +385,47 @@ _CPU_SMALL_CONV = [
     (14, 14, 128, 2, 256, 3, 3, 1, 1, 1, 1),
 ]
 
+
+def _resnet_conv3x3(layers: Sequence[tuple[int, int, int, int]]) -> list[Problem]:
+    """3x3 convolutions, pad 1, at batch 1 and 32, from ``(channels in, channels out,
+    input side, stride)``: one per distinct layer shape of a ResNet."""
+    return [
+        conv_problem(side, side, c, batch, k, 3, 3, 1, 1, stride, stride)
+        for batch in (1, 32)
+        for c, k, side, stride in layers
+    ]
+
+
+#: CIFAR ResNet-20's distinct 3x3 layers: three stages of 16, 32 and 64 channels at
+#: 32x32, 16x16 and 8x8, and the stride-2 convolutions that open the second and third.
+_RESNET20_CONV3X3 = [
+    (16, 16, 32, 1),
+    (32, 32, 16, 1),
+    (64, 64, 8, 1),
+    (16, 32, 32, 2),
+    (32, 64, 16, 2),
+]
+#: ResNet-50 v1.5's distinct 3x3 layers (the middle convolution of each bottleneck):
+#: 64, 128, 256 and 512 channels at 56x56, 28x28, 14x14 and 7x7, and the stride-2 ones
+#: that open stages 2-4 (v1.5 strides the 3x3 convolution, not the first 1x1).
+_RESNET50_CONV3X3 = [
+    (64, 64, 56, 1),
+    (128, 128, 28, 1),
+    (256, 256, 14, 1),
+    (512, 512, 7, 1),
+    (128, 128, 56, 2),
+    (256, 256, 28, 2),
+    (512, 512, 14, 2),
+]
+
 #: Built-in suites; plugins add more through the ``d5_operator_shape_suites`` hook.
 SUITES: dict[str, list[Problem]] = {
     "deepbench-gemm": [gemm_problem(*p) for p in GEMM_TRAINING],
     "deepbench-conv": [conv_problem(*p) for p in CONV_TRAINING],
     "cpu-small-gemm": [gemm_problem(*p) for p in _CPU_SMALL_GEMM],
     "cpu-small-conv": [conv_problem(*p) for p in _CPU_SMALL_CONV],
+    "resnet20-conv3x3": _resnet_conv3x3(_RESNET20_CONV3X3),
+    "resnet50-conv3x3": _resnet_conv3x3(_RESNET50_CONV3X3),
 }
 #: DeepBench recurrent layers (hidden, batch, steps, cell), the smallest of the training
 #: and inference sets and shorter sequences of their sizes: seconds on two cores,
