@@ -5,16 +5,24 @@
 // sweeps the mr x nr tiles. Edge tiles go through a small buffer. Threads split the
 // output into slabs (of columns when it is wide, of rows when it is tall) and each runs
 // the blocked algorithm on its slab with its own packing buffers: no barrier inside.
+//
+// Products with few columns (N <= 128) take a second path where the micro-kernel has one
+// (AVX-512): A is not packed but read in place, B alone is packed, and threads split the
+// rows. Packing A costs a transposing pass over M x K values that each feed only N / 16
+// FMAs; on 7680x16x2560 that pass took as long as the arithmetic.
 #include "gemm.h"
 
 #include <omp.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
+#include <new>
 
 #include "gemm_kernels.h"
-#include "scratch.h"
 
 namespace d5k {
 
@@ -25,6 +33,8 @@ struct Kernel {
     Blocking blocking;
     MicroKernel<T> ukr;
     EdgeKernel<T> edge = nullptr;  // null: edge tiles go through a buffer
+    SupKernel<T> sup = nullptr;    // null: skinny products take the packed path too
+    int lanes = 1;                 // values per vector of `sup`'s B panels
 };
 
 Blocking blocking_of(Isa isa, int bytes) {
@@ -47,7 +57,8 @@ Kernel<T> kernel_of(Isa isa);
 template <>
 Kernel<float> kernel_of<float>(Isa isa) {
     switch (isa) {
-        case Isa::avx512: return {blocking_of(isa, 4), ukr_avx512_f32, edge_avx512_f32};
+        case Isa::avx512:
+            return {blocking_of(isa, 4), ukr_avx512_f32, edge_avx512_f32, sup_avx512_f32, 16};
         case Isa::avx2: return {blocking_of(isa, 4), ukr_avx2_f32};
         default: return {blocking_of(isa, 4), ukr_generic_f32};
     }
@@ -56,13 +67,43 @@ Kernel<float> kernel_of<float>(Isa isa) {
 template <>
 Kernel<double> kernel_of<double>(Isa isa) {
     switch (isa) {
-        case Isa::avx512: return {blocking_of(isa, 8), ukr_avx512_f64, edge_avx512_f64};
+        case Isa::avx512:
+            return {blocking_of(isa, 8), ukr_avx512_f64, edge_avx512_f64, sup_avx512_f64, 8};
         case Isa::avx2: return {blocking_of(isa, 8), ukr_avx2_f64};
         default: return {blocking_of(isa, 8), ukr_generic_f64};
     }
 }
 
-thread_local Scratch a_scratch, b_scratch;
+// Per-thread packing buffers. Large ones are 2 MiB aligned and marked for transparent
+// huge pages before their first touch, so that a packed 4 MiB block of B needs two TLB
+// entries rather than a thousand (where the kernel grants no huge pages the advice is
+// ignored; measured here, it gains about 1% on large float64 products).
+class PackBuffer {
+   public:
+    template <typename T>
+    T* get(std::size_t count) {
+        const std::size_t want = count * sizeof(T);
+        if (want > bytes_) {
+            constexpr std::size_t huge = std::size_t(2) << 20;
+            const std::size_t align = want >= huge / 2 ? huge : 64;
+            const std::size_t rounded = (want + align - 1) / align * align;
+            data_.reset(std::aligned_alloc(align, rounded));
+            if (!data_) throw std::bad_alloc();
+            if (align == huge) madvise(data_.get(), rounded, MADV_HUGEPAGE);
+            bytes_ = rounded;
+        }
+        return static_cast<T*>(data_.get());
+    }
+
+   private:
+    struct Free {
+        void operator()(void* p) const { std::free(p); }
+    };
+    std::unique_ptr<void, Free> data_;
+    std::size_t bytes_ = 0;
+};
+
+thread_local PackBuffer a_scratch, b_scratch;
 
 // Pack rows [0, mc) x columns [0, kc) of A into mr-tall micro-panels, zero-padded.
 template <typename T>
@@ -86,6 +127,24 @@ void pack_a(long mc, long kc, const T* a, std::ptrdiff_t rs, std::ptrdiff_t cs, 
 // Pack rows [0, kc) x columns [0, nc) of B into nr-wide micro-panels, zero-padded.
 template <typename T>
 void pack_b(long kc, long nc, const T* b, std::ptrdiff_t rs, std::ptrdiff_t cs, int nr, T* out) {
+    if (cs == 1) {
+        // Row by row, so that B is read as whole rows (sequential streams the hardware
+        // prefetcher follows) rather than as nr-wide strips kc rows tall.
+        const long full = nc / nr;
+        const std::ptrdiff_t panel = static_cast<std::ptrdiff_t>(nr) * kc;
+        const int rest = static_cast<int>(nc - full * nr);
+        for (long k = 0; k < kc; ++k) {
+            const T* src = b + k * rs;
+            T* dst = out + k * nr;
+            for (long p = 0; p < full; ++p) std::memcpy(dst + p * panel, src + p * nr, sizeof(T) * nr);
+            if (rest > 0) {
+                T* last = dst + full * panel;
+                std::memcpy(last, src + full * nr, sizeof(T) * rest);
+                std::fill(last + rest, last + nr, T(0));
+            }
+        }
+        return;
+    }
     for (long j0 = 0; j0 < nc; j0 += nr) {
         const int cols = static_cast<int>(std::min<long>(nr, nc - j0));
         const T* base = b + j0 * cs;
@@ -168,6 +227,103 @@ void gemm_blocked(const Kernel<T>& kn, long M, long N, long K, T alpha, Matrix<T
     }
 }
 
+// The skinny path: products with at most this many columns read A in place.
+constexpr long SUP_MAX_N = 128;
+// Its K slices keep the packed kc x N block of B within about half of L2 (at least the
+// blocked path's kc): long slices mean long sequential streams along A's rows and fewer
+// passes over Y.
+constexpr long SUP_B_BYTES = 512 * 1024;
+
+template <typename T>
+bool takes_sup_path(const Kernel<T>& kn, long N, Matrix<T> A) {
+    return kn.sup != nullptr && N <= SUP_MAX_N && (A.cs == 1 || A.rs == 1);
+}
+
+// Width of the B panel that starts at column j0 of N: nr, or the rest rounded up to
+// whole vectors.
+inline int sup_panel_width(long j0, long N, int nr, int lanes) {
+    const long rest = (N - j0 + lanes - 1) / lanes * lanes;
+    return static_cast<int>(std::min<long>(nr, rest));
+}
+
+// Pack rows [0, kc) x columns [0, N) of B into panels of sup_panel_width columns each,
+// row by row, zero-padded.
+template <typename T>
+void pack_b_sup(long kc, long N, const T* b, std::ptrdiff_t rs, std::ptrdiff_t cs, int nr,
+                int lanes, T* out) {
+    for (long j0 = 0; j0 < N; j0 += nr) {
+        const int w = sup_panel_width(j0, N, nr, lanes);
+        const int cols = static_cast<int>(std::min<long>(w, N - j0));
+        const T* base = b + j0 * cs;
+        for (long k = 0; k < kc; ++k) {
+            T* row = out + k * w;
+            if (cs == 1) {
+                std::memcpy(row, base + k * rs, sizeof(T) * cols);
+            } else {
+                for (int j = 0; j < cols; ++j) row[j] = base[k * rs + j * cs];
+            }
+            for (int j = cols; j < w; ++j) row[j] = T(0);
+        }
+        out += static_cast<std::ptrdiff_t>(w) * kc;
+    }
+}
+
+// The skinny path on one slab of rows: per K slice, B is packed once; then each mr-row
+// strip of A, read in place, meets every B panel while it is still in L1/L2.
+template <typename T>
+void gemm_sup(const Kernel<T>& kn, long M, long N, long K, T alpha, Matrix<T> A, Matrix<T> B,
+              T beta, T* Y, std::ptrdiff_t ldy) {
+    const int mr = kn.blocking.mr, nr = kn.blocking.nr;
+    const long n_padded = (N + kn.lanes - 1) / kn.lanes * kn.lanes;
+    const long kc_fit = SUP_B_BYTES / (n_padded * static_cast<long>(sizeof(T)));
+    const long kc_step = std::max<long>(kn.blocking.kc, kc_fit / 64 * 64);
+    T* bp = b_scratch.get<T>(std::min(kc_step, K) * n_padded);
+    // Rows of A a multiple of 2 KiB apart fall into a few L1 sets and evict each other
+    // before the strip has met every B panel; such strips are copied (a plain row copy)
+    // to rows one cache line off that alignment.
+    const bool copy_a = A.cs == 1 && N > nr &&
+                        (A.rs * static_cast<std::ptrdiff_t>(sizeof(T))) % 2048 == 0;
+    const long line = 64 / static_cast<long>(sizeof(T));
+    const std::ptrdiff_t copy_ld = (std::min(kc_step, K) + line - 1) / line * line + line;
+    T* a_copy = copy_a ? a_scratch.get<T>(mr * copy_ld) : nullptr;
+    for (long pc = 0; pc < K; pc += kc_step) {
+        const long kc = std::min(kc_step, K - pc);
+        const T beta_now = pc == 0 ? beta : T(1);
+        pack_b_sup(kc, N, B.data + pc * B.rs, B.rs, B.cs, nr, kn.lanes, bp);
+        for (long ir = 0; ir < M; ir += mr) {
+            const int rows = static_cast<int>(std::min<long>(mr, M - ir));
+            const T* a = A.data + ir * A.rs + pc * A.cs;
+            std::ptrdiff_t rsa = A.rs;
+            if (copy_a) {
+                for (int i = 0; i < rows; ++i)
+                    std::memcpy(a_copy + i * copy_ld, a + i * A.rs, sizeof(T) * kc);
+                a = a_copy;
+                rsa = copy_ld;
+            }
+            const T* bpanel = bp;
+            for (long j0 = 0; j0 < N; j0 += nr) {
+                const int w = sup_panel_width(j0, N, nr, kn.lanes);
+                const int cols = static_cast<int>(std::min<long>(w, N - j0));
+                kn.sup(kc, a, rsa, A.cs, bpanel, w, Y + ir * ldy + j0, ldy, alpha, beta_now, rows,
+                       cols);
+                bpanel += static_cast<std::ptrdiff_t>(w) * kc;
+            }
+        }
+    }
+}
+
+enum class Path { blocked, sup };
+
+// One slab of the product in the calling thread, on the path its shape calls for.
+template <typename T>
+void gemm_slab(const Kernel<T>& kn, Path path, long M, long N, long K, T alpha, Matrix<T> A,
+               Matrix<T> B, T beta, T* Y, std::ptrdiff_t ldy) {
+    switch (path) {
+        case Path::sup: gemm_sup(kn, M, N, K, alpha, A, B, beta, Y, ldy); break;
+        default: gemm_blocked(kn, M, N, K, alpha, A, B, beta, Y, ldy);
+    }
+}
+
 }  // namespace
 
 Blocking gemm_blocking(Isa isa, int bytes) { return blocking_of(isa, bytes); }
@@ -191,11 +347,14 @@ void gemm(long M, long N, long K, T alpha, Matrix<T> A, Matrix<T> B, T beta, T* 
     // Below about 64^3 multiply-adds a thread team costs more than it saves.
     const double work = static_cast<double>(M) * N * K;
     if (work < 262144.0) team = 1;
-    const bool by_columns = N >= M;
+    // The path depends on the whole product's shape, never on a slab's, so that every
+    // element is accumulated in the same order whatever the thread count.
+    const Path path = takes_sup_path(kn, N, A) ? Path::sup : Path::blocked;
+    const bool by_columns = path != Path::sup && N >= M;
     const long tiles = by_columns ? (N + nr - 1) / nr : (M + mr - 1) / mr;
     team = static_cast<int>(std::min<long>(team, tiles));
     if (team <= 1) {
-        gemm_blocked(kn, M, N, K, alpha, A, B, beta, Y, ldy);
+        gemm_slab(kn, path, M, N, K, alpha, A, B, beta, Y, ldy);
         return;
     }
     const long step = by_columns ? (tiles + team - 1) / team * nr : (tiles + team - 1) / team * mr;
@@ -207,10 +366,10 @@ void gemm(long M, long N, long K, T alpha, Matrix<T> A, Matrix<T> B, T beta, T* 
         if (count > 0) {
             if (by_columns) {
                 Matrix<T> slab{B.data + begin * B.cs, B.rs, B.cs};
-                gemm_blocked(kn, M, count, K, alpha, A, slab, beta, Y + begin, ldy);
+                gemm_slab(kn, path, M, count, K, alpha, A, slab, beta, Y + begin, ldy);
             } else {
                 Matrix<T> slab{A.data + begin * A.rs, A.rs, A.cs};
-                gemm_blocked(kn, count, N, K, alpha, slab, B, beta, Y + begin * ldy, ldy);
+                gemm_slab(kn, path, count, N, K, alpha, slab, B, beta, Y + begin * ldy, ldy);
             }
         }
     }

@@ -4,13 +4,31 @@
 
 #include "gemm_kernels.h"
 
-#define D5K_AVX512 __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,fma")))
+#define D5K_AVX512 __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,fma,prfchw")))
 
 namespace d5k {
 
 namespace {
 
 constexpr int MR = 14;
+// Software prefetch distance of the packed panels, in steps of k (both lines of B's step
+// and one line of A's): 16 steps are about 450 cycles of FMAs, an L3 hit's latency with room
+// to spare, while the panels' next lines arrive before the hardware prefetcher catches on.
+constexpr int PF_STEPS = 16;
+constexpr int PF_B64 = 16 * PF_STEPS, PF_B32 = 32 * PF_STEPS, PF_A64 = MR * PF_STEPS,
+              PF_A32 = MR * PF_STEPS;
+
+// Asks for the C tile's rows (two cache lines each) before the k loop, with intent to
+// write: over a large product C does not stay in cache between K slices, and the loop's
+// thousands of cycles hide the misses that the stores would otherwise wait for.
+D5K_AVX512 inline void prefetch_c(const void* c, std::ptrdiff_t ldc_bytes) {
+    const char* row = static_cast<const char*>(c);
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; ++i, row += ldc_bytes) {
+        __builtin_prefetch(row, 1, 3);
+        __builtin_prefetch(row + 64, 1, 3);
+    }
+}
 
 D5K_AVX512 inline void store_f32(float* c, __m512 acc, __m512 va, __m512 vb, bool beta0) {
     __m512 out = _mm512_mul_ps(va, acc);
@@ -31,9 +49,12 @@ D5K_AVX512 void ukr_avx512_f32(long kc, const float* a, const float* b, float* c
     __m512 c0[MR], c1[MR];
 #pragma GCC unroll 16
     for (int i = 0; i < MR; ++i) c0[i] = c1[i] = _mm512_setzero_ps();
+    prefetch_c(c, ldc * 4);
     for (long k = 0; k < kc; ++k) {
         const __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
-        _mm_prefetch(reinterpret_cast<const char*>(b + 256), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(b + PF_B32), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(b + PF_B32 + 16), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(a + PF_A32), _MM_HINT_T0);
 #pragma GCC unroll 16
         for (int i = 0; i < MR; ++i) {
             const __m512 ai = _mm512_set1_ps(a[i]);
@@ -57,9 +78,12 @@ D5K_AVX512 void ukr_avx512_f64(long kc, const double* a, const double* b, double
     __m512d c0[MR], c1[MR];
 #pragma GCC unroll 16
     for (int i = 0; i < MR; ++i) c0[i] = c1[i] = _mm512_setzero_pd();
+    prefetch_c(c, ldc * 8);
     for (long k = 0; k < kc; ++k) {
         const __m512d b0 = _mm512_loadu_pd(b), b1 = _mm512_loadu_pd(b + 8);
-        _mm_prefetch(reinterpret_cast<const char*>(b + 128), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(b + PF_B64), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(b + PF_B64 + 8), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(a + PF_A64), _MM_HINT_T0);
 #pragma GCC unroll 16
         for (int i = 0; i < MR; ++i) {
             const __m512d ai = _mm512_set1_pd(a[i]);
@@ -90,7 +114,12 @@ D5K_AVX512 double fma_loop_avx512(long iters, int bytes) {
     }
     __m512 sum = x[0];
     for (int i = 1; i < 12; ++i) sum = _mm512_add_ps(sum, x[i]);
-    seed = _mm512_reduce_add_ps(sum);
+    // A plain store and sum: GCC 12's _mm512_reduce_add_ps trips -Wuninitialized.
+    alignas(64) float lanes_out[16];
+    _mm512_store_ps(lanes_out, sum);
+    float total = 0.0f;
+    for (float x : lanes_out) total += x;
+    seed = total;
     const int lanes = bytes == 4 ? 16 : 8;
     return 2.0 * 12.0 * lanes * static_cast<double>(iters);
 }
