@@ -23,6 +23,15 @@ def gemm_batched(a: np.ndarray, b: np.ndarray, y: np.ndarray, alpha: float) -> N
 def conv2d_forward(
     x: np.ndarray, w: np.ndarray, b: np.ndarray | None, y: np.ndarray, group: int, params: Any
 ) -> None: ...
+def conv2d_forward_algorithm(
+    dtype: str,
+    x: tuple[int, ...],
+    m: int,
+    kernel: tuple[int, ...],
+    out: tuple[int, ...],
+    group: int,
+    params: tuple[int, ...],
+) -> str: ...
 def conv2d_backward(
     x: np.ndarray,
     w: np.ndarray,

@@ -189,6 +189,20 @@ void conv2d_forward(const py::array& x, const py::array& w, const std::optional<
     });
 }
 
+// The forward algorithm conv2d_forward would use, with the ISA in use, for X (N, C, H, W),
+// M output channels, a kh x kw kernel and an oh x ow output.
+std::string conv2d_forward_algorithm(const std::string& dtype, const std::array<long, 4>& x,
+                                     long m, const std::array<long, 2>& kernel,
+                                     const std::array<long, 2>& out, long group,
+                                     const std::array<long, 8>& params) {
+    if (dtype != "float32" && dtype != "float64") bad("dtype must be float32 or float64");
+    if (group < 1 || x[1] % group || m % group)
+        bad("C and M must be multiples of group (" + std::to_string(group) + ")");
+    const Window2d g = window_of(kernel[0], kernel[1], out[0], out[1], params);
+    return dtype == "float32" ? d5k::conv2d_forward_algorithm<float>(x[1], x[2], x[3], m, group, g)
+                              : d5k::conv2d_forward_algorithm<double>(x[1], x[2], x[3], m, group, g);
+}
+
 void conv2d_backward(const py::array& x, const py::array& w, const py::array& dy,
                      std::optional<py::array> dx, py::array& dw, std::optional<py::array> db,
                      long group, const std::array<long, 8>& params) {
@@ -597,7 +611,7 @@ std::string compiler() {
 
 PYBIND11_MODULE(_native, m) {
     m.doc() = "d5-kernels' compiled kernels: a packed GEMM and operator kernels.";
-    d5k::current_isa();  // a bad D5_KERNELS_ISA fails the import, not a later call
+    d5k::current_isa();  // a bad D5_NATIVE_ISA fails the import, not a later call
     m.def("isa", [] { return std::string(d5k::isa_name(d5k::current_isa())); });
     m.def("available_isas", &d5k::available_isas);
     m.def("set_isa", &d5k::set_isa, py::arg("name"));
@@ -613,6 +627,8 @@ PYBIND11_MODULE(_native, m) {
           py::arg("alpha"));
     m.def("conv2d_forward", &conv2d_forward);
     m.def("conv2d_backward", &conv2d_backward);
+    m.def("conv2d_forward_algorithm", &conv2d_forward_algorithm, py::arg("dtype"), py::arg("x"),
+          py::arg("m"), py::arg("kernel"), py::arg("out"), py::arg("group"), py::arg("params"));
     m.def("max_pool_forward", &max_pool_forward);
     m.def("max_pool_backward", &max_pool_backward);
     m.def("avg_pool_forward", &avg_pool_forward);

@@ -1,4 +1,9 @@
-// Conv 2-D as im2col + the packed GEMM, per image and group:
+// Conv 2-D. The forward goes to the direct convolution (conv_direct.cpp: no column
+// buffer, weights repacked once, padded taps skipped) when the ISA has its kernels
+// (AVX-512, AVX2) and the shape suits them (conv_direct_applies: a horizontal stride of
+// 1 or 2, at least a vector of output channels per group, C/group * kh * kw >= 16).
+// The rest of the forward, and the whole backward, use im2col + the packed GEMM, per
+// image and group:
 //   Y[n, g] (M/g x P) = W[g] (M/g x C/g*kh*kw) @ cols (C/g*kh*kw x P),  P = oh * ow.
 // A 1x1 convolution with unit strides and no padding multiplies X's plane directly. With
 // at least as many (image, group) jobs as threads the jobs run in parallel, each with a
@@ -11,6 +16,7 @@
 #include <cstring>
 #include <vector>
 
+#include "conv_direct.h"
 #include "gemm.h"
 #include "ops.h"
 #include "scratch.h"
@@ -106,11 +112,36 @@ bool jobs_in_parallel(long jobs) {
     return team > 1 && jobs >= team && (jobs % team == 0 || jobs >= 4 * team);
 }
 
+enum class Forward { planes, im2col, direct };
+
+template <typename T>
+Forward forward_choice(long c, long h, long wd, long m, long group, const Window2d& g) {
+    if (is_pointwise(g, h, wd)) return Forward::planes;  // already a plain GEMM
+    if (conv_direct_applies<T>(c, m, group, g)) return Forward::direct;
+    return Forward::im2col;
+}
+
 }  // namespace
+
+template <typename T>
+const char* conv2d_forward_algorithm(long c, long h, long wd, long m, long group,
+                                     const Window2d& g) {
+    switch (forward_choice<T>(c, h, wd, m, group, g)) {
+        case Forward::planes: return "packed GEMM on the input planes";
+        case Forward::direct:
+            return current_isa() == Isa::avx512 ? "direct (AVX-512, padded taps skipped)"
+                                                : "direct (AVX2, padded taps skipped)";
+        default: return "im2col + packed GEMM";
+    }
+}
 
 template <typename T>
 void conv2d_forward(const T* x, const T* w, const T* bias, T* y, long n, long c, long h,
                     long wd, long m, long group, const Window2d& g) {
+    if (forward_choice<T>(c, h, wd, m, group, g) == Forward::direct) {
+        conv2d_direct(x, w, bias, y, n, c, h, wd, m, group, g);
+        return;
+    }
     const long cg = c / group, mg = m / group, kdim = cg * g.kh * g.kw, p = g.oh * g.ow;
     const bool direct = is_pointwise(g, h, wd);
     const long jobs = n * group;
@@ -211,6 +242,8 @@ void conv2d_backward(const T* x, const T* w, const T* dy, T* dx, T* dw, T* db, l
 }
 
 #define D5K_CONV(T)                                                                          \
+    template const char* conv2d_forward_algorithm<T>(long, long, long, long, long,            \
+                                                     const Window2d&);                        \
     template void conv2d_forward<T>(const T*, const T*, const T*, T*, long, long, long, long, \
                                     long, long, const Window2d&);                             \
     template void conv2d_backward<T>(const T*, const T*, const T*, T*, T*, T*, long, long,    \

@@ -20,6 +20,13 @@ template <typename T>
 void conv2d_forward(const T* x, const T* w, const T* bias, T* y, long n, long c, long h,
                     long wd, long m, long group, const Window2d& g);
 
+// The name of the algorithm conv2d_forward uses for this problem with the ISA in use:
+// "direct (AVX-512, padded taps skipped)" (or AVX2), "im2col + packed GEMM", or
+// "packed GEMM on the input planes" (a 1x1 convolution, unit strides, no padding).
+template <typename T>
+const char* conv2d_forward_algorithm(long c, long h, long wd, long m, long group,
+                                     const Window2d& g);
+
 // Conv's backward: dx (like X, may be null), dw (like Wt), db (M) or null.
 template <typename T>
 void conv2d_backward(const T* x, const T* w, const T* dy, T* dx, T* dw, T* db, long n, long c,
