@@ -27,16 +27,6 @@ namespace {
 
 thread_local Scratch cols_scratch, dcols_scratch;
 
-// The output positions [lo, hi) of one row whose tap (at offset `off` = k * d - pad)
-// lands inside [0, size) with stride s.
-inline void valid_range(long off, long s, long size, long out, long& lo, long& hi) {
-    // o * s + off >= 0  and  o * s + off < size
-    lo = off >= 0 ? 0 : (-off + s - 1) / s;
-    hi = size - off <= 0 ? 0 : (size - off + s - 1) / s;
-    lo = std::min(lo, out);
-    hi = std::max(lo, std::min(hi, out));
-}
-
 // Columns [p0, p1) of the im2col matrix (rows: C/group * kh * kw taps; columns: output
 // positions in row-major order), written as a (rows x (p1 - p0)) block.
 template <typename T>

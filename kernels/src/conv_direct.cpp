@@ -28,15 +28,6 @@ constexpr long kTapBytes = 32 * 1024;
 // The outputs and input runs of the images one job takes together (see cuts_of).
 constexpr long kBatchBytes = 384 * 1024;
 
-// The output positions [lo, hi) whose tap (at offset `off` = k * d - pad) lands inside
-// [0, size) with stride s.
-inline void valid_range(long off, long s, long size, long out, long& lo, long& hi) {
-    lo = off >= 0 ? 0 : (-off + s - 1) / s;
-    hi = size - off <= 0 ? 0 : (size - off + s - 1) / s;
-    lo = std::min(lo, out);
-    hi = std::max(lo, std::min(hi, out));
-}
-
 // How one problem is cut: channel chunks of nb vectors (G = nb * L output channels),
 // output rows into pixel tiles of up to `r` pixels, input channels into runs of `cb`,
 // output rows into row_blocks blocks per job.

@@ -1,6 +1,7 @@
 // The operator kernels behind d5-kernels' backend, on contiguous row-major buffers.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 namespace d5k {
@@ -14,6 +15,15 @@ struct Window2d {
     long peh, pew;  // padding after each axis (counted by AveragePool's count_include_pad)
     long oh, ow;    // output sizes
 };
+
+// The output positions [lo, hi) of one row whose tap (at offset `off` = k * d - pad) lands
+// inside [0, size) with stride s: o * s + off >= 0 and o * s + off < size.
+inline void valid_range(long off, long s, long size, long out, long& lo, long& hi) {
+    lo = off >= 0 ? 0 : (-off + s - 1) / s;
+    hi = size - off <= 0 ? 0 : (size - off + s - 1) / s;
+    lo = std::min(lo, out);
+    hi = std::max(lo, std::min(hi, out));
+}
 
 // Conv: X (N, C, H, W), Wt (M, C/group, kh, kw), bias (M) or null, Y (N, M, oh, ow).
 template <typename T>

@@ -170,6 +170,7 @@ def test_details_name_the_algorithm_for_the_dtype_and_isa_in_use(isa: str) -> No
         op = NATIVE.create("Conv", {"pads": [1, 1, 1, 1]}, [TensorDescriptor.of(a) for a in (x, w)])
         # 16 float64 channels fill two AVX-512 vectors (8 lanes) and four AVX2 ones.
         assert op.details()["algorithm"] == DIRECT_NAMES[isa]
+        assert op.details()["backward_algorithm"] == "im2col + packed GEMM"
     # An operator not yet given shapes says that the choice depends on them.
     assert "chosen per shape" in Conv({}).details()["algorithm"]
 

@@ -20,7 +20,10 @@ from d5_kernels import _native
 from d5_kernels.ops._base import NativeOperator, Signature
 from d5core.onnx import ConvRules, SpatialWindow, conv_window
 
-__all__ = ["Conv", "ConvPlan", "forward_algorithm"]
+__all__ = ["BACKWARD_ALGORITHM", "Conv", "ConvPlan", "forward_algorithm"]
+
+#: The backward's lowering, whatever the forward's: dW from the im2col columns, dX by col2im.
+BACKWARD_ALGORITHM = "im2col + packed GEMM"
 
 
 @dataclass(frozen=True)
@@ -53,10 +56,12 @@ class Conv(ConvRules, NativeOperator[ConvPlan]):
 
     def details(self) -> dict[str, Any]:
         """As for every operator, with ``algorithm`` the forward lowering the C++ side
-        chooses for the last shapes and dtype planned (and the ISA in use now)."""
+        chooses for the last shapes and dtype planned (and the ISA in use now), and
+        ``backward_algorithm`` the backward's."""
         found = super().details()
         if self._last is not None:
             found["algorithm"] = forward_algorithm(*self._last, self.group)
+        found["backward_algorithm"] = BACKWARD_ALGORITHM
         return found
 
     def plan(self, sig: Signature) -> ConvPlan:
