@@ -20,6 +20,7 @@ from d5_kernels.runtime import (
     set_isa,
     set_num_threads,
     using_isa,
+    why_unavailable,
 )
 
 __version__ = "0.1.0"
@@ -38,4 +39,5 @@ __all__ = [
     "set_isa",
     "set_num_threads",
     "using_isa",
+    "why_unavailable",
 ]

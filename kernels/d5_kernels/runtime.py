@@ -50,6 +50,7 @@ __all__ = [
     "set_isa",
     "set_num_threads",
     "using_isa",
+    "why_unavailable",
 ]
 
 
@@ -72,6 +73,21 @@ def isa() -> str:
 def available_isas() -> list[str]:
     """The ISAs this CPU can run, best last."""
     return [str(name) for name in _native.available_isas()]
+
+
+def why_unavailable(name: str) -> str | None:
+    """Why this CPU cannot run the micro-kernels of ISA ``name`` (one line naming the
+    features it lacks and the ISAs it runs), or ``None`` when it can."""
+    runs = available_isas()
+    if name in runs:
+        return None
+    needs = ISA_REQUIREMENTS.get(name)
+    if needs is None:
+        return f"d5-kernels has no ISA {name!r}; it has {', '.join(ISA_REQUIREMENTS)}"
+    return (
+        f"this CPU lacks {needs}: the {name} micro-kernels cannot run here "
+        f"(it runs {', '.join(runs)})"
+    )
 
 
 def forced_isa() -> str | None:

@@ -12,9 +12,7 @@ from d5_kernels import runtime
 def isa(request: pytest.FixtureRequest) -> str:
     """The name of one ISA this CPU runs (the test uses ``runtime.using_isa(isa)``)."""
     name: str = request.param
-    if name not in runtime.available_isas():
-        pytest.skip(
-            f"this CPU lacks {runtime.ISA_REQUIREMENTS[name]}: the {name} micro-kernels "
-            f"cannot run here (it runs {', '.join(runtime.available_isas())})"
-        )
+    reason = runtime.why_unavailable(name)
+    if reason is not None:
+        pytest.skip(reason)
     return name

@@ -180,6 +180,20 @@ def test_each_isa_is_accepted_where_the_cpu_runs_it_and_refused_where_it_does_no
             assert "is not supported by this CPU; unset it or choose one of generic" in done.stderr
 
 
+def test_an_isa_the_cpu_lacks_is_skipped_with_the_features_it_needs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The reason the ``isa`` fixture gives on an AVX2-only CPU, faked here by what
+    ``available_isas`` reports (this machine may have every ISA)."""
+    monkeypatch.setattr(runtime, "available_isas", lambda: ["generic", "avx2"])
+    assert runtime.why_unavailable("avx2") is None
+    assert runtime.why_unavailable("avx512") == (
+        "this CPU lacks avx512f, avx512vl, avx512bw and avx512dq: the avx512 micro-kernels "
+        "cannot run here (it runs generic, avx2)"
+    )
+    assert "has no ISA 'sse9'" in str(runtime.why_unavailable("sse9"))
+
+
 def test_the_environment_hook_records_the_isa_and_what_forced_it() -> None:
     code = "import json, d5_kernels.plugin as p; print(json.dumps(p.d5_environment_info()))"
     base = {k: v for k, v in os.environ.items() if k not in runtime.ISA_VARIABLES}

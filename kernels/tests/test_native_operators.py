@@ -47,6 +47,7 @@ class TestNativeAgreesWithTheReference(OperatorAgreementTests):
         monkeypatch.setenv("D5_NATIVE_ISA", isa)
         with runtime.using_isa(isa):
             yield
+
     operators = (
         "Gemm",
         "MatMul",
