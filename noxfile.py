@@ -117,8 +117,9 @@ def mxnet_beside_numpy2(session: nox.Session) -> None:
 @nox.session
 def kernels(session: nox.Session) -> None:
     """d5-kernels, the native C++ backend, built from source with build isolation, beside
-    d5core and the numpy reference it is validated against."""
-    session.install("-e", ".[test]", "-e", f"plugins/{REFERENCE}", "./kernels[test]")
+    d5core and the numpy reference it is validated against, and the ``bench`` extra
+    (torch, threadpoolctl) its benchmark scripts' tests run."""
+    session.install("-e", ".[test]", "-e", f"plugins/{REFERENCE}", "./kernels[test,bench]")
     pytest(session, "kernels", "kernels/tests")
 
 

@@ -1,7 +1,9 @@
 """The native kernels' benchmark scripts (benchmarks/native_gemm.py, native_conv.py) run
 end to end on tiny problems and report what they promise: every side's GFLOP/s as a
 share of the FMA peak, the ratios with their per-round range, the load each row was
-measured at, and OpenBLAS left to its own kernels. No speed is asserted."""
+measured at, and OpenBLAS left to its own kernels. No speed is asserted. They live in the
+kernels lane, whose environment has d5-kernels and its ``bench`` extra (torch,
+threadpoolctl) that the scripts import."""
 
 from __future__ import annotations
 
@@ -13,10 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-pytest.importorskip("d5_kernels")
-pytest.importorskip("torch")
-pytest.importorskip("threadpoolctl")
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 # Short and never waiting: the tests check the report, not the machine.
