@@ -27,6 +27,7 @@ from d5core.measure.fitness import MachineState, snapshot
 __all__ = [
     "IDLE_GAP",
     "OPENBLAS_OVERRIDES",
+    "OTHERS_NOTE",
     "LoadWatch",
     "Waiting",
     "add_common_arguments",
@@ -35,9 +36,11 @@ __all__ = [
     "interleaved",
     "isa_line",
     "load1",
+    "load_cells",
     "load_footer",
     "measure_peaks",
     "measure_row",
+    "method_lines",
     "parse_list",
     "ratio_cell",
     "ratio_summary",
@@ -360,3 +363,33 @@ def side_cell(side: Mapping[str, float]) -> str:
 def ratio_cell(ratio: Mapping[str, float]) -> str:
     """``0.97 [0.93, 1.01]``: the ratio of medians and the per-round range."""
     return f"{ratio['ratio']:.2f} [{ratio['min']:.2f}, {ratio['max']:.2f}]"
+
+
+def method_lines(report: Mapping[str, Any], ratios: str) -> list[str]:
+    """The header lines both scripts print after their own: the peak every % is of, and
+    how the rounds are run and summarised (``ratios`` says what the ratio columns are)."""
+    peaks = ", ".join(f"{d} {g:.1f}" for d, g in report["peak_gflops_per_core"].items())
+    return [
+        f"FMA peak per core (GFLOP/s, {report['peak_isa']}): {peaks}; % = share of that "
+        "peak times the threads",
+        f"{report['rounds']} interleaved rounds (rotating order, {IDLE_GAP} s idle before "
+        f"each batch): medians; {ratios}, the ratio of the medians [lowest, highest "
+        "per-round ratio]",
+        "",
+    ]
+
+
+#: What the tables' last column is.
+OTHERS_NOTE = (
+    "others' CPU: the share of all cores' time other processes used during the row (/proc/stat)."
+)
+
+
+def load_cells(row: Mapping[str, Any]) -> str:
+    """A table row's last three cells: the highest load sampled during it, whether it
+    stayed under the core count, and other processes' share of the CPU."""
+    others = row["others_cpu"]
+    return (
+        f"| {row['load']:.2f} | {'yes' if row['load_under_cores'] else 'no'} "
+        f"| {'?' if others is None else f'{100 * others:.0f}%'} |"
+    )

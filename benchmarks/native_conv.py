@@ -38,16 +38,18 @@ import torch
 import torch.nn.functional as F
 from _machine import load, machine
 from _rounds import (
-    IDLE_GAP,
+    OTHERS_NOTE,
     LoadWatch,
     Waiting,
     add_common_arguments,
     cores,
     interleaved,
     isa_line,
+    load_cells,
     load_footer,
     measure_peaks,
     measure_row,
+    method_lines,
     parse_list,
     ratio_cell,
     ratio_summary,
@@ -155,17 +157,11 @@ def problems_of(args: argparse.Namespace) -> list[Problem]:
 
 
 def header(report: dict[str, Any]) -> list[str]:
-    peaks = ", ".join(f"{d} {g:.1f}" for d, g in report["peak_gflops_per_core"].items())
     return [
         f"machine: {report['machine']}; {report['load_at_start']}",
         f"{report['isa_line']}; torch {report['torch']} F.conv2d; forward; suites "
         f"{', '.join(report['suites'])}",
-        f"FMA peak per core (GFLOP/s, {report['peak_isa']}): {peaks}; % = share of that "
-        "peak times the threads",
-        f"{report['rounds']} interleaved rounds (rotating order, {IDLE_GAP} s idle before "
-        "each batch): medians; native / torch is native's speed over torch's, the ratio of "
-        "the medians [lowest, highest per-round ratio]",
-        "",
+        *method_lines(report, "native / torch is native's speed over torch's"),
     ]
 
 
@@ -178,14 +174,11 @@ def table(report: dict[str, Any]) -> str:
     )
     lines.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for row in report["rows"]:
-        others = row["others_cpu"]
         lines.append(
             f"| {row['dtype']} | {row['threads']} | {row['problem']} | {row['algorithm']} "
             f"| {row['native']['ms']:.3f} | {side_cell(row['native'])} "
             f"| {row['torch']['ms']:.3f} | {side_cell(row['torch'])} "
-            f"| {ratio_cell(row['native_vs_torch'])} | {row['load']:.2f} "
-            f"| {'yes' if row['load_under_cores'] else 'no'} "
-            f"| {'?' if others is None else f'{100 * others:.0f}%'} |"
+            f"| {ratio_cell(row['native_vs_torch'])} {load_cells(row)}"
         )
     rows = report["rows"]
     reached = sum(row["native_vs_torch"]["ratio"] >= TARGET for row in rows)
@@ -199,8 +192,7 @@ def table(report: dict[str, Any]) -> str:
         "torch's oneDNN skips the multiplications by padded zeros, so its GFLOP/s (and "
         "share of the peak) can exceed what its FMAs did, even above 100%.",
         load_footer(report),
-        "others' CPU: the share of all cores' time other processes used during the row "
-        "(/proc/stat).",
+        OTHERS_NOTE,
     ]
     return "\n".join(lines)
 

@@ -41,7 +41,7 @@ import numpy as np
 import torch
 from _machine import load, machine
 from _rounds import (
-    IDLE_GAP,
+    OTHERS_NOTE,
     LoadWatch,
     Waiting,
     add_common_arguments,
@@ -49,9 +49,11 @@ from _rounds import (
     drop_openblas_overrides,
     interleaved,
     isa_line,
+    load_cells,
     load_footer,
     measure_peaks,
     measure_row,
+    method_lines,
     parse_list,
     ratio_cell,
     ratio_summary,
@@ -208,7 +210,6 @@ def measure(
 def header(report: dict[str, Any]) -> list[str]:
     blas = report["blas"]
     removed = report["openblas_env_removed"]
-    peaks = ", ".join(f"{d} {g:.1f}" for d, g in report["peak_gflops_per_core"].items())
     tiles = "; ".join(
         f"{dtype} tile {b.mr}x{b.nr}, kc={b.kc} mc={b.mc} nc={b.nc}"
         for dtype in report["peak_gflops_per_core"]
@@ -220,12 +221,7 @@ def header(report: dict[str, Any]) -> list[str]:
         f"numpy: {blas['library']} {blas['version']} running its {blas['architecture']} "
         f"kernels ({'removed ' + ', '.join(removed) if removed else 'no OpenBLAS overrides set'}"
         f"); {report['torch']}",
-        f"FMA peak per core (GFLOP/s, {report['peak_isa']}): {peaks}; % = share of that "
-        "peak times the threads",
-        f"{report['rounds']} interleaved rounds (rotating order, {IDLE_GAP} s idle before "
-        "each batch): medians; ratios are native's speed over the library's, the ratio of "
-        "the medians [lowest, highest per-round ratio]",
-        "",
+        *method_lines(report, "ratios are native's speed over the library's"),
     ]
 
 
@@ -237,13 +233,11 @@ def table(report: dict[str, Any]) -> str:
     )
     lines.append("|---|---|---|---|---|---|---|---|---|---|---|")
     for row in report["rows"]:
-        others = row["others_cpu"]
         lines.append(
             f"| {row['dtype']} | {row['threads']} | {row['shape']} | {side_cell(row['native'])} "
             f"| {side_cell(row['numpy'])} | {side_cell(row['torch'])} "
             f"| {ratio_cell(row['native_vs_numpy'])} | {ratio_cell(row['native_vs_torch'])} "
-            f"| {row['load']:.2f} | {'yes' if row['load_under_cores'] else 'no'} "
-            f"| {'?' if others is None else f'{100 * others:.0f}%'} |"
+            f"{load_cells(row)}"
         )
     reached = sum(row["native_vs_best"] >= TARGET for row in report["rows"])
     worst = min(report["rows"], key=lambda row: row["native_vs_best"])
@@ -253,8 +247,7 @@ def table(report: dict[str, Any]) -> str:
         f"worst {worst['native_vs_best']:.2f} ({worst['dtype']}, {worst['threads']} "
         f"thread(s), {worst['shape']}).",
         load_footer(report),
-        "others' CPU: the share of all cores' time other processes used during the row "
-        "(/proc/stat).",
+        OTHERS_NOTE,
     ]
     return "\n".join(lines)
 
