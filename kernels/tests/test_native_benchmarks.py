@@ -122,7 +122,7 @@ def test_gemm_rejects_an_unreadable_shape_in_one_line():
 
 
 def test_conv_report_names_the_native_algorithm_and_the_resnet_layers():
-    from d5core.lv0.workloads.problems import suite
+    from d5core.testing.operators import suite
 
     args = ["--suite", "resnet20-conv3x3", "--batch", "1", *QUICK, "--json"]
     report = json.loads(run_script("native_conv.py", *args))
