@@ -112,7 +112,7 @@ types: dev
 docs: dev ## regenerate the hook reference from the hookspec docstrings
 	$(BIN)/python docs/gen_hook_reference.py
 
-bench: dev ## the benchmark scripts whose figures go into docs/benchmarks.md
+bench: dev mxnet ## the benchmark scripts whose figures go into docs/benchmarks.md
 	$(BIN)/python benchmarks/list_plugins_time.py
 	$(BIN)/python benchmarks/bus_overhead.py
 	$(BIN)/python benchmarks/engine_vs_timeit.py
@@ -120,6 +120,7 @@ bench: dev ## the benchmark scripts whose figures go into docs/benchmarks.md
 	$(BIN)/python benchmarks/microbatch_memory.py
 	$(BIN)/python benchmarks/executor_fairness.py
 	$(BIN)/python benchmarks/report_scale.py
+	$(BIN)/python benchmarks/train_e2e.py
 
 dist: ## wheels of d5core and every plugin, into dist/
 	$(PYTHON) .ci/build_dist.py --out dist

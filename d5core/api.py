@@ -83,7 +83,8 @@ Level 1: networks
 Level 2: training
 
 - ``Dataset``: the interface of a ``d5.datasets`` entry; ``load_dataset`` loads an
-  installed one by name.
+  installed one by name; ``preloads`` marks a factory with the imports ``d5 run`` does
+  before its clock starts.
 - ``Sampler``: decides which examples form each minibatch.
 - ``Optimizer``: the interface of a ``d5.optimizers`` entry that trains one process.
 - ``NativeTraining``: what an executor offers so that its framework's own optimizer
@@ -168,6 +169,7 @@ if TYPE_CHECKING:
         Optimizer,
         Sampler,
         load_dataset,
+        preloads,
     )
     from d5core.onnx.network import Network
     from d5core.plugins.manager import PluginManager, get_plugin_manager
@@ -222,6 +224,7 @@ _HOMES: dict[str, tuple[str, ...]] = {
         "Optimizer",
         "Sampler",
         "load_dataset",
+        "preloads",
     ),
     "d5core.levels.distributed": (
         "ANY_SOURCE",
@@ -300,6 +303,7 @@ __all__ = [
     "hookimpl",
     "hookspec",
     "load_dataset",
+    "preloads",
     "reference_name",
     "use_bus",
     "validate_operator",

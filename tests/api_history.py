@@ -19,6 +19,7 @@ The table was read from the history of ``d5core/api.py`` and ``d5core/_version.p
   ``DeprecationWarning``, so their rows keep the version that first offered them there.
   A name imported from :mod:`d5core.onnx` needs :data:`ONNX_LIBRARY_ADDED_IN`, the
   plugin API of the release that ships the library.
+- 1.8 added ``preloads``, for dataset factories.
 
 Add a row here whenever a name joins ``d5core.api`` (with the minor bump of
 ``PLUGIN_API_VERSION`` it needs).
@@ -151,6 +152,8 @@ NAMES_ADDED_IN: dict[str, str] = {
     "ReportFigure": "1.6",
     "ReportMeasurement": "1.6",
     "ReportRun": "1.6",
+    # 1.8: what a dataset factory imports, done before a run's clock (issue 30)
+    "preloads": "1.8",
 }
 
 _VERSION_ADDED = re.compile(r"\.\. versionadded:: (\d+\.\d+)")

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import inspect
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, ClassVar, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
@@ -24,6 +24,8 @@ __all__ = [
     "Sampler",
     "check_options",
     "load_dataset",
+    "preload_dataset",
+    "preloads",
 ]
 
 #: The entry-point group of datasets: factories ``(split, **options) -> Dataset``.
@@ -344,6 +346,44 @@ def check_options(what: str, factory: Any, options: dict[str, Any], skip: int = 
     ]
     if missing:
         raise UsageError(f"{what} needs the option {missing[0]!r}")
+
+
+_Factory = TypeVar("_Factory", bound=Callable[..., Any])
+
+
+def preloads(imports: Callable[[], object]) -> Callable[[_Factory], _Factory]:
+    """Mark a dataset factory with what it imports, to be done before a run's clock.
+
+    A factory that imports a library when it is called (to keep the library optional)
+    makes that import part of the run's time to accuracy, which a hand-written script,
+    importing at its top, does not count. Decorated with ``@preloads(f)``, the factory
+    carries ``f`` as its ``preload`` attribute; ``d5 run`` calls it
+    (:func:`preload_dataset`) before the run's clock starts. ``f`` takes no argument;
+    what it raises is ignored there, and the factory reports the problem when called.
+    """
+
+    def mark(factory: _Factory) -> _Factory:
+        factory.preload = imports  # type: ignore[attr-defined]
+        return factory
+
+    return mark
+
+
+def preload_dataset(name: str) -> None:
+    """Import the dataset ``name``'s reader and what it declares with :func:`preloads`.
+
+    Nothing is raised: an unknown dataset or a missing library is reported by
+    :func:`load_dataset`, with its one-line message.
+    """
+    from d5core.plugins.manager import get_plugin_manager
+
+    try:
+        factory = get_plugin_manager().load(DATASETS_GROUP, name)
+        preload = getattr(factory, "preload", None)
+        if callable(preload):
+            preload()
+    except Exception:  # reported by load_dataset, where the run needs the data
+        return
 
 
 def load_dataset(name: str, split: str = "train", **options: Any) -> Dataset:

@@ -16,7 +16,7 @@ from typing import Any
 
 from d5core.errors import UsageError
 
-__all__ = ["Prepared", "prepare", "run_metrics"]
+__all__ = ["Prepared", "import_before_clock", "prepare", "run_metrics"]
 
 
 def run_metrics(recipe: Any) -> tuple[list[Any], dict[str, Any]]:
@@ -54,6 +54,36 @@ def run_metrics(recipe: Any) -> tuple[list[Any], dict[str, Any]]:
     return metrics, selected
 
 
+def import_before_clock(settings: dict[str, Any]) -> None:
+    """Import the code a run of ``settings`` needs, before its clock starts.
+
+    A script written by hand imports its framework, its data reader and its model code
+    at its top, and starts timing at the first touch of data; d5 does the same
+    (``docs/training.md``, "Where time to accuracy starts and ends"): the executor's and
+    the optimizer's plugin modules, the dataset reader with what it declares to preload
+    (:func:`~d5core.levels.training.preloads`), the model builders and onnx's operator
+    schemas (loaded on first use). A name that does not load is left for the assembly to
+    report, in its one-line message.
+    """
+    from d5core.levels.training import preload_dataset
+    from d5core.plugins import get_plugin_manager
+
+    preload_dataset(str(settings["dataset"]))
+    manager = get_plugin_manager()
+    for group, key in (("d5.frameworks", "executor"), ("d5.optimizers", "optimizer")):
+        try:
+            manager.load(group, str(settings[key]))
+        except Exception:  # reported where the assembly loads it
+            continue
+    if not str(settings["model"]).endswith(".onnx"):
+        from d5core.lv1 import zoo
+
+        zoo.model_names()  # the zoo's builders, contributed through the d5_model_zoo hook
+    import onnx.defs
+
+    onnx.defs.get_schema("Relu")  # onnx loads its operator schemas, read by the checker, once
+
+
 class Prepared:
     """Everything a run needs, built from a recipe before any training or storage."""
 
@@ -72,12 +102,7 @@ class Prepared:
         takes ``batch_size`` examples per step (``batch_size / ranks`` with
         ``global_batch``)."""
         from d5core.bus import MetricBus
-        from d5core.lv1.runner import executor_by_name, load_model, with_loss
-        from d5core.lv2.datasets import data_manifest, load_dataset
-        from d5core.lv2.recipes import run_hash
-        from d5core.lv2.samplers import make_sampler
-        from d5core.lv2.trainer import RunClock, StopConditions, Trainer
-        from d5core.plugins import get_plugin_manager
+        from d5core.lv2.trainer import RunClock
 
         s = recipe.settings()
         self.recipe, self.seed, self.settings = recipe, seed, s
@@ -96,8 +121,28 @@ class Prepared:
         from d5core.lv2.datasets._common import check_data_dir
 
         check_data_dir()  # a bad D5_DATA_DIR is refused even for a dataset without files
+        import_before_clock(s)
         # MLPerf's clock starts at the first touch of data: before the datasets load.
         clock = RunClock.start(s.get("target_accuracy"), bus=MetricBus(), metrics=metrics)
+        try:
+            self._assemble(clock, dist, scheme, scheme_options)
+        except BaseException:  # nothing will train: the clock's metrics and freeze end here
+            clock.stop()
+            raise
+
+    def _assemble(
+        self, clock: Any, dist: Any, scheme: str, scheme_options: dict[str, Any] | None
+    ) -> None:
+        """Load the data, build the model, executor, optimizer, sampler and trainer, with
+        ``clock`` running."""
+        from d5core.lv1.runner import executor_by_name, load_model, with_loss
+        from d5core.lv2.datasets import data_manifest, load_dataset
+        from d5core.lv2.recipes import run_hash
+        from d5core.lv2.samplers import make_sampler
+        from d5core.lv2.trainer import StopConditions, Trainer
+        from d5core.plugins import get_plugin_manager
+
+        recipe, seed, s = self.recipe, self.seed, self.settings
         self.train_set = load_dataset(s["dataset"], "train", **s["dataset_options"])
         test_options = {**s["dataset_options"], **s["test_dataset_options"]}
         self.test_set = load_dataset(s["dataset"], "test", **test_options)

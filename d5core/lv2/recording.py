@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-__all__ = ["METRIC_UNITS", "SERIES", "RunRecorder"]
+__all__ = ["METRIC_UNITS", "SERIES", "TTA_PART", "RunRecorder"]
 
 #: Each stored curve: (measurement name, attribute of the curves, unit, finite only).
 SERIES: tuple[tuple[str, str, str, bool], ...] = (
@@ -28,6 +28,9 @@ SERIES: tuple[tuple[str, str, str, bool], ...] = (
 #: The key each test-curve series reads from a test pass; a series whose key a pass
 #: lacks stores nothing for it (perplexity: language models only).
 _CURVE_KEYS = {"test_accuracy": "accuracy", "validation_perplexity": "perplexity"}
+#: The metric holding each part of a time to accuracy (label ``part``; see
+#: :data:`d5core.lv2.trainer.TTA_PARTS`).
+TTA_PART = "time_to_accuracy_part"
 #: Units of the scalar metrics :meth:`RunRecorder.finish` stores (others have none).
 METRIC_UNITS: dict[str, str] = {
     "time_to_accuracy": "s",
@@ -139,6 +142,9 @@ class RunRecorder:
         for name, value in values.items():
             if value is not None and math.isfinite(value):
                 self.store.add_metric(self.run_id, name, value, unit=METRIC_UNITS.get(name, ""))
+        for part, seconds in getattr(result, "time_to_accuracy_parts", {}).items():
+            self.store.add_metric(self.run_id, TTA_PART, seconds, labels={"part": part},
+                                  unit="s", better="lower")  # fmt: skip
         error = None
         if result.status == "diverged" and result.diverged_at is not None:
             error = f"loss became {result.losses[-1]} at step {result.diverged_at['step']}"

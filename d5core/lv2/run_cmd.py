@@ -85,6 +85,10 @@ def _echo_run(run: TrainedRun) -> None:
         )
         + _perplexity_text(values)
     )
+    parts = getattr(result, "time_to_accuracy_parts", {})
+    if parts:
+        shown = ", ".join(f"{name} {seconds:.3f}" for name, seconds in parts.items())
+        click.echo(f"  time to accuracy in seconds: {shown}")
     for c in run.checks:
         side = "min" if "min" in c else "max"
         mark = "ok  " if c["passed"] else "FAIL"

@@ -92,6 +92,7 @@ class TrainedRun:
             "checks": [{k: _finite(v) if k == "value" else v for k, v in c.items()}
                        for c in self.checks],
             "metric_results": self.metric_results,
+            "time_to_accuracy_parts": dict(getattr(self.result, "time_to_accuracy_parts", {})),
         }  # fmt: skip
         if self.distributed is not None:
             row["distributed"] = self.distributed
@@ -267,10 +268,14 @@ def train_one(
     joins its config), its samples streamed into ``store`` as it goes, and check its
     thresholds."""
     from d5core.environment import capture_environment
+    from d5core.lv2.assembly import import_before_clock
     from d5core.lv2.recipes import check_thresholds
     from d5core.lv2.recording import RunRecorder
 
-    env = capture_environment(seeds={"recipe": seed})  # before the run's clock starts
+    # the run's framework imported first, so that the environment describes it (its
+    # threads, its backends); both before the run's clock starts
+    import_before_clock(recipe.settings())
+    env = capture_environment(seeds={"recipe": seed})
     prep = Prepared(recipe, seed)
     run_id = begin_run(store, prep, dict(extra or {}), env, tags)
     recorder = RunRecorder(store, run_id)

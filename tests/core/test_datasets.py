@@ -52,6 +52,9 @@ def test_digits_unflattened_gives_one_channel_8x8_images() -> None:
 def test_digits_without_scikit_learn_says_which_extra_to_install(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    from d5core.lv2.datasets import digits
+
+    digits._digits_and_split.cache_clear()  # read once per process: forget an earlier read
     monkeypatch.setitem(sys.modules, "sklearn", None)  # import sklearn now raises ImportError
     monkeypatch.setitem(sys.modules, "sklearn.datasets", None)
     with pytest.raises(UsageError) as exc:
@@ -215,3 +218,16 @@ def test_synthetic_rejects_bad_parameters() -> None:
     assert "classes" in _one_line(exc)
     with pytest.raises(UsageError):
         load_dataset("synthetic_images", shape=(8, 8))
+
+
+def test_digits_is_read_once_for_both_splits_and_each_split_gets_its_own_arrays() -> None:
+    from d5core.lv2.datasets import digits
+
+    digits._digits_and_split.cache_clear()
+    train, test = load_dataset("digits", "train"), load_dataset("digits", "test")
+    assert digits._digits_and_split.cache_info().misses == 1
+    x, _ = train.batch(np.arange(3))
+    x[:] = -1.0  # a caller that writes into its batch changes neither the cache nor a reload
+    again = load_dataset("digits", "train")
+    assert np.all(again.batch(np.arange(3))[0] >= 0.0)
+    assert len(train) + len(test) == 1797

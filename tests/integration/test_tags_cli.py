@@ -12,28 +12,13 @@ import pytest
 
 from d5core.cli.output import read_json
 from d5core.results import ResultsStore
+from d5core.testing.training import SMALL_DIGITS_RECIPE
 
 TINY_BENCH = ["--processes", "1", "--time-budget", "0.05", "--min-samples", "6",
               "--max-samples", "20", "--warmup", "1"]  # fmt: skip
 
 # Two epochs of the digits MLP: a run of about a second, thresholds that always hold.
-RECIPE = """
-[fixed]
-model = "mlp"
-model_options = { hidden = [16] }
-dataset = "digits"
-sampler = "shuffle"
-epochs = 2
-loss = "cross_entropy"
-test_every = "epoch"
-target_accuracy = 0.5
-
-[mutable]
-executor = "numpy"
-optimizer = "momentum"
-lr = 0.05
-batch_size = 64
-
+RECIPE = SMALL_DIGITS_RECIPE + """
 [metrics]
 final_test_accuracy = { min = 0.0 }
 """

@@ -2,14 +2,24 @@
 
 :class:`MXNetExecutor` translates an ONNX graph once, node by node, into functions
 written for both of MXNet's front ends (:mod:`d5_plugin_mxnet.graph`; no ONNX importer
-is involved). For each signature of feeds (shapes and dtypes), it runs the graph once
-imperatively with ``mx.nd`` to learn every value's shape, builds one ``mx.sym`` symbol
-from the same functions, and compiles it into a ``CachedOp`` with static memory and
-shapes, which is what ``HybridBlock.hybridize(static_alloc=True, static_shape=True)``
-makes of a Gluon network. Inference and training steps call that ``CachedOp``; a
-training step records it with ``mx.autograd`` (``train_mode=True``) and runs the
-backward pass, which writes the gradients into the buffers attached to the parameters,
-as Gluon's parameters have them.
+is involved). For its first signature of feeds (shapes and dtypes), it builds one
+``mx.sym`` symbol from the same functions node by node, MXNet's shape and type inference
+telling each node the shapes of its inputs from those of the feeds and parameters (as a
+hybridized Gluon block infers them), and compiles it into a ``CachedOp`` with static
+memory and shapes, which is what ``HybridBlock.hybridize(static_alloc=True,
+static_shape=True)`` makes of a Gluon network. Each later signature (a test batch, a
+smaller last batch) is compiled as a ``CachedOp`` handles a new shape: its symbol is
+built from the shapes of one already compiled, the batch's dimension changed, and one
+inference checks every shape a node function was told
+(:func:`~d5_plugin_mxnet.graph.program.derive_symbol`). Where the inference or a node
+refuses, the graph runs once imperatively with ``mx.nd`` to learn every value's shape
+(and names what MXNet refused), and the symbol is built from those. Inference and
+training steps call that ``CachedOp``; a training step records it with ``mx.autograd``
+(``train_mode=True``) and runs the backward pass, which writes the gradients into the
+buffers attached to the parameters, as Gluon's parameters have them.
+:meth:`~MXNetExecutor.inference` of a signature compiled by an imperative pass returns
+what that pass computed (the same operators on the same arrays) instead of running the
+graph again for it.
 
 MXNet's engine is asynchronous: a prepared callable only enqueues work and returns
 ``NDArray``s (the measurement engine waits through the ``d5_synchronize`` hook); what
@@ -54,7 +64,15 @@ import numpy.typing as npt
 
 from d5_plugin_mxnet._mx import mxnet
 from d5_plugin_mxnet.graph import SUPPORTED_OPS, Step, Translator, fold_constants
-from d5_plugin_mxnet.graph.program import CompiledGraph, build_symbol, compile_symbol, run_steps
+from d5_plugin_mxnet.graph.base import Shape
+from d5_plugin_mxnet.graph.program import (
+    CompiledGraph,
+    Derived,
+    build_symbol,
+    compile_symbol,
+    derive_symbol,
+    run_steps,
+)
 from d5core.api import END, GRAPH_NODE, GraphExecutor, UsageError, get_bus
 from d5core.onnx import graph_view
 
@@ -75,6 +93,38 @@ def _checked_dtype(what: str, dtype: np.dtype[Any]) -> None:
             f"{what} is {dtype.name}, a type MXNet 1.9.1 has no tensors of; use one of "
             "float16, float32, float64, int8, uint8, int32, int64"
         )
+
+
+def _ndarray(value: npt.NDArray[Any], context: Any) -> Any:
+    """``value`` copied into a new ``NDArray`` of its dtype on ``context``.
+
+    What ``mx.nd.array`` does for a numpy array (allocate, then one synchronous copy),
+    without its way through ``__setitem__``'s indexing and its scipy check: about 18 µs
+    here instead of 65, paid for every feed of every step. The new array has no pending
+    work, so the copy waits for nothing.
+    """
+    if value.size == 0:  # MXNet 1.9.1 has no zero-size tensors: its own error
+        return mx.nd.array(value, ctx=context, dtype=value.dtype)
+    array = mx.nd.empty(value.shape, ctx=context, dtype=value.dtype)
+    array._sync_copyfrom(value)
+    return array
+
+
+def _swapped_dims(ref: CompiledGraph, arrays: Mapping[str, Any]) -> dict[int, int] | None:
+    """The dimensions the feeds ``arrays`` changed from those ``ref`` was compiled for
+    (old size to new); ``None`` when a feed's rank or type differs, or one size became
+    two."""
+    swap: dict[int, int] = {}
+    for name, array in arrays.items():
+        old = ref.shapes.get(name)
+        if old is None or len(old) != len(array.shape):
+            return None
+        if ref.dtypes.get(name) != np.dtype(array.dtype):
+            return None
+        for was, now in zip(old, array.shape, strict=True):
+            if was != now and swap.setdefault(was, now) != now:
+                return None
+    return swap
 
 
 def _context(device: str) -> Any:
@@ -105,16 +155,28 @@ class StatArray:
 
 class MXNetCorrectCounter:
     """Counts correct predictions in an ``NDArray`` on the executor's context; one wait
-    per :meth:`take`."""
+    per :meth:`take`.
 
-    __slots__ = ("_total",)
+    Given the ``executor`` that made it, a training step's own logits and labels are
+    counted by the step's compiled graph (see :meth:`MXNetExecutor.native_correct_counter`):
+    :meth:`add` then only adds that count, one engine operation instead of five.
+    """
 
-    def __init__(self) -> None:
+    __slots__ = ("_executor", "_total")
+
+    def __init__(self, executor: MXNetExecutor | None = None) -> None:
+        self._executor = executor
         self._total: Any = None
 
     def add(self, logits: Any, labels: Any) -> None:
         """Add the count of rows where ``logits.argmax(-1) == labels`` (no wait)."""
-        hits = mx.nd.sum(mx.nd.argmax(logits, axis=-1) == labels.astype(logits.dtype))
+        counted = None if self._executor is None else self._executor.counted(logits, labels)
+        if counted is None:
+            hits = mx.nd.sum(mx.nd.argmax(logits, axis=-1) == labels.astype(logits.dtype))
+        elif self._total is None:  # the graph's output is overwritten by its next step
+            hits = counted.copy()
+        else:
+            hits = counted
         self._total = hits if self._total is None else self._total + hits
 
     def take(self) -> int:
@@ -186,8 +248,19 @@ class MXNetExecutor(GraphExecutor):
         #: ``buffer``): one copy per step fills them all.
         self._stat_blocks: list[tuple[Any, Any]] = []
         self._buffers = self._statistics_buffers([n for n in self._aux if n in self._params])
+        #: The gradient buffers of ``_grad_names``, in that order (a step overwrites them).
+        self._grads = tuple(self._params[n].grad for n in self._grad_names)
+        self._stats = {n: StatArray(b) for n, b in self._buffers.items()}
+        #: (graph output, labels input) that training graphs count the correct
+        #: predictions of, once :meth:`native_correct_counter` asked; else ``None``.
+        self._counting: tuple[str, str] | None = None
+        #: The last training step's (logits, labels, count) when its graph counted.
+        self._last_count: tuple[Any, Any, Any] | None = None
         self._node_constants: dict[tuple[str, str], Any] = {}
         self._compiled: dict[tuple[Any, ...], CompiledGraph] = {}
+        #: The values the imperative pass of a compilation :meth:`inference` asked for
+        #: computed, by name (its feeds' outputs, returned instead of running again).
+        self._shape_pass: dict[str, Any] | None = None
 
     def _statistics_buffers(self, names: Sequence[str]) -> dict[str, Any]:
         """Move the statistics ``names`` into one block per dtype, and make the training
@@ -279,7 +352,7 @@ class MXNetExecutor(GraphExecutor):
             _checked_dtype(f"input {name!r}", array.dtype)
             if array.ndim == 0:
                 array = array.reshape(1)
-            arrays[name] = mx.nd.array(array, ctx=self.mx_context, dtype=array.dtype)
+            arrays[name] = _ndarray(array, self.mx_context)
         return arrays
 
     def _base(self, training: bool) -> dict[str, Any]:
@@ -296,13 +369,21 @@ class MXNetExecutor(GraphExecutor):
         return outputs
 
     def _compile(
-        self, arrays: Mapping[str, Any], training: bool, loss: str | None
+        self, arrays: Mapping[str, Any], training: bool, loss: str | None, keep: bool = False
     ) -> CompiledGraph:
-        """The compiled graph for the signature of ``arrays`` (built now if new)."""
+        """The compiled graph for the signature of ``arrays`` (built now if new; with
+        ``keep``, the values an imperative pass that built it computed are kept in
+        ``_shape_pass``).
+
+        A new signature's symbol is derived without running the graph, from the shapes
+        of one already compiled or, for the first, from MXNet's inference alone
+        (:meth:`_derived`); the graph runs imperatively only when the derivation fails."""
         values = {n: self._feed_value(n, arrays[n]) for n in self._static_feeds}
+        counting = self._counting if training and loss is not None else None
         key = (
             training,
             loss,
+            counting,
             *((n, a.shape, a.dtype) for n, a in arrays.items()),
             *((n, v.dtype.str, v.shape, v.tobytes()) for n, v in values.items()),
         )
@@ -310,6 +391,43 @@ class MXNetExecutor(GraphExecutor):
         if found is not None:
             return found
         known = {**self._known, **values}
+        heads = self._heads(training, loss)
+        env: dict[str, Any] | None = None
+        derived = self._derived(arrays, training, heads, known)
+        if derived is not None:
+            symbol, fed = derived.symbol, derived.fed
+            shapes, dtypes = derived.shapes, derived.dtypes
+        else:
+            env = self._shape_pass_of(arrays, training, loss, known)
+            shapes = {n: tuple(v.shape) for n, v in env.items()}
+            dtypes = {n: np.dtype(v.dtype) for n, v in env.items()}
+            symbol, fed = build_symbol(
+                self._steps[training], shapes, dtypes, heads, self._node_constants, known
+            )
+        counted = None
+        if counting is not None:
+            counted = self._count_head(symbol, heads, counting, shapes, dtypes)
+        found = self._compiled[key] = compile_symbol(
+            symbol if counted is None else counted, heads, fed, arrays
+        )
+        found.known = {**self._known, **values}
+        found.shapes, found.dtypes = shapes, dtypes
+        if counted is not None and counting is not None:
+            found.counts = (heads.index(counting[0]), counting[1])
+        self._bind_args(found, arrays, training)
+        if keep and env is not None:
+            self._shape_pass = env
+        return found
+
+    def _shape_pass_of(
+        self,
+        arrays: Mapping[str, Any],
+        training: bool,
+        loss: str | None,
+        known: dict[str, npt.NDArray[Any]],
+    ) -> dict[str, Any]:
+        """Every value of one imperative run on ``arrays`` (``known`` gains what it
+        folded), checked: MXNet's errors and missing outputs raise a UsageError."""
         env = run_steps(
             self._steps[training],
             {**self._base(training), **arrays},
@@ -324,20 +442,115 @@ class MXNetExecutor(GraphExecutor):
             raise UsageError(
                 f"the network: MXNet failed: {lines[-1].strip() if lines else 'no message'}"
             ) from None
-        heads = self._heads(training, loss)
-        for name in heads:
+        for name in self._heads(training, loss):
             if name not in env:
                 if name == loss:
                     raise UsageError(f"{loss!r} is not a tensor of the network")
                 raise UsageError(f"graph output {name!r} is computed by no node")
-        shapes = {n: tuple(v.shape) for n, v in env.items()}
-        dtypes = {n: np.dtype(v.dtype) for n, v in env.items()}
-        symbol, fed = build_symbol(
-            self._steps[training], shapes, dtypes, heads, self._node_constants, known
+        return env
+
+    def _derived(
+        self,
+        arrays: Mapping[str, Any],
+        training: bool,
+        heads: Sequence[str],
+        known: Mapping[str, npt.NDArray[Any]],
+    ) -> Derived | None:
+        """The symbol of a new signature, built from the shapes of a compiled one and
+        checked by MXNet's shape and type inference (:func:`derive_symbol`): what a
+        ``CachedOp`` does for a new shape, instead of a run of the whole graph. The first
+        signature (nothing compiled gives a guess) is built node by node from the shapes
+        MXNet infers from the inputs' own. ``None`` when a feed has a zero dimension, a
+        head is missing from the guess, or MXNet or a node refuses."""
+        exact = {**self._base(training), **arrays}
+        guess = self._guess(arrays, training, exact)
+        rounds = 3
+        if guess is None:  # the first signature: every shape inferred from the inputs'
+            if any(0 in a.shape for a in arrays.values()):
+                return None
+            guess, rounds = self._exact_guess(exact), 0
+        elif any(h not in guess[0] for h in heads):
+            return None
+        return derive_symbol(
+            self._steps[training],
+            guess[0],
+            guess[1],
+            heads,
+            self._node_constants,
+            known,
+            exact,
+            self._graph.opset,
+            rounds=rounds,
         )
-        found = self._compiled[key] = compile_symbol(symbol, heads, fed, arrays)
-        found.known = {**self._known, **values}
-        return found
+
+    @staticmethod
+    def _exact_guess(
+        exact: Mapping[str, Any],
+    ) -> tuple[dict[str, Shape], dict[str, np.dtype[Any]]]:
+        """The shapes and types of the arrays ``exact``, by name: all that is known of
+        a first signature before MXNet infers the rest."""
+        shapes = {n: tuple(a.shape) for n, a in exact.items()}
+        return shapes, {n: np.dtype(a.dtype) for n, a in exact.items()}
+
+    def _guess(
+        self, arrays: Mapping[str, Any], training: bool, exact: Mapping[str, Any]
+    ) -> tuple[dict[str, Shape], dict[str, np.dtype[Any]]] | None:
+        """Every value's shape and type for the feeds ``arrays``, guessed from the last
+        graph compiled (one of the same mode first): each dimension in which a feed's
+        shape changed (a batch of 32 become 256) is changed in every value; the arrays
+        ``exact`` have their own. ``None`` when no compiled graph had feeds of the same
+        ranks and types, or a feed has a zero dimension."""
+        if any(0 in a.shape for a in arrays.values()):
+            return None
+        graphs = sorted(reversed(self._compiled.items()), key=lambda kv: kv[0][0] != training)
+        for _, ref in graphs:
+            swap = _swapped_dims(ref, arrays)
+            if swap is None:
+                continue
+            shapes = {n: tuple(swap.get(d, d) for d in s) for n, s in ref.shapes.items()}
+            shapes.update((n, tuple(a.shape)) for n, a in exact.items())
+            dtypes = {**ref.dtypes, **{n: np.dtype(a.dtype) for n, a in exact.items()}}
+            return shapes, dtypes
+        return None
+
+    def _count_head(
+        self,
+        symbol: Any,
+        heads: Sequence[str],
+        counting: tuple[str, str],
+        shapes: Mapping[str, Shape],
+        dtypes: Mapping[str, np.dtype[Any]],
+    ) -> Any | None:
+        """``symbol`` with one more output: the number of rows where the output
+        ``counting[0]``'s argmax over its last axis equals the labels ``counting[1]``,
+        in the operations :meth:`MXNetCorrectCounter.add` runs; ``None`` unless the
+        scores are float ``(N, C)`` and the labels ``(N,)``."""
+        output, labels = counting
+        scores, given, dtype = shapes.get(output), shapes.get(labels), dtypes.get(output)
+        if output not in heads or scores is None or given is None or dtype is None:
+            return None
+        if dtype.kind != "f" or len(scores) != 2:
+            return None
+        if tuple(given) != tuple(scores[:1]):
+            return None
+        try:
+            labels_symbol = symbol.get_internals()[labels]
+        except (KeyError, ValueError, IndexError):  # the graph does not read them
+            return None
+        logits = symbol[heads.index(output)]
+        hits = mx.sym.broadcast_equal(
+            mx.sym.argmax(logits, axis=-1), mx.sym.cast(labels_symbol, dtype=dtype)
+        )
+        return mx.sym.Group([symbol[i] for i in range(len(heads))] + [mx.sym.sum(hits)])
+
+    def _bind_args(
+        self, compiled: CompiledGraph, arrays: Mapping[str, Any], training: bool
+    ) -> None:
+        """Fill ``compiled``'s arguments once: parameters, constants and buffers in place,
+        the feeds' positions left for each call (:meth:`_args`)."""
+        env = {**self._base(training), **compiled.constants}
+        compiled.feeds = [(i, n) for i, n in enumerate(compiled.inputs) if n in arrays]
+        compiled.args = [None if n in arrays else env[n] for n in compiled.inputs]
 
     def _feed_value(self, name: str, array: Any) -> npt.NDArray[Any]:
         """A feed read as a value, as numpy, with its declared rank (MXNet holds a scalar
@@ -347,17 +560,19 @@ class MXNetExecutor(GraphExecutor):
             value = value.reshape(())
         return value
 
-    def _args(
-        self, compiled: CompiledGraph, arrays: Mapping[str, Any], training: bool
-    ) -> list[Any]:
-        env = {**self._base(training), **compiled.constants, **arrays}
-        return [env[name] for name in compiled.inputs]
+    @staticmethod
+    def _args(compiled: CompiledGraph, arrays: Mapping[str, Any]) -> list[Any]:
+        """The arguments of ``compiled``'s op with ``arrays`` as its feeds."""
+        args = list(compiled.args)
+        for at, name in compiled.feeds:
+            args[at] = arrays[name]
+        return args
 
     # -- running -------------------------------------------------------------------------
 
     def _inference_callable(self, arrays: dict[str, Any]) -> Callable[[], dict[str, Any]]:
         compiled = self._compile(arrays, False, None)
-        op, args, names = compiled.op, self._args(compiled, arrays, False), compiled.outputs
+        op, args, names = compiled.op, self._args(compiled, arrays), compiled.outputs
 
         def run() -> dict[str, Any]:
             if get_bus().wants(_NODE_END):
@@ -372,16 +587,17 @@ class MXNetExecutor(GraphExecutor):
         self, arrays: dict[str, Any], loss: str
     ) -> Callable[[], tuple[dict[str, Any], tuple[Any, ...]]]:
         compiled = self._compile(arrays, True, loss)
-        op, args, names = compiled.op, self._args(compiled, arrays, True), compiled.outputs
+        op, args, names = compiled.op, self._args(compiled, arrays), compiled.outputs
         at = names.index(loss)
-        copies = self._stat_blocks
-        grads = tuple(self._params[n].grad for n in self._grad_names)
+        copies, grads, stats = self._stat_blocks, self._grads, self._stats
         record, backward = mx.autograd.record, mx.autograd.backward
-        stats = {n: StatArray(b) for n, b in self._buffers.items()}
+        counts, width = compiled.counts, len(names)
+        labels = None if counts is None else arrays[counts[1]]
 
         def step() -> tuple[dict[str, Any], tuple[Any, ...]]:
             for source, buffer in copies:
                 source.copyto(buffer)
+            self._last_count = None
             if get_bus().wants(_NODE_END):
                 with record(train_mode=True):
                     env = self._run_nodes(True, arrays, compiled.known)
@@ -390,6 +606,9 @@ class MXNetExecutor(GraphExecutor):
                 with record(train_mode=True):
                     found = op(*args)
                     outs = found if isinstance(found, list) else [found]
+                if counts is not None:  # the graph's own count, for the correct counter
+                    self._last_count = (outs[counts[0]], labels, outs[width])
+                    outs = outs[:width]
             if grads:
                 backward([outs[at]])
             self.running_stats = stats
@@ -444,8 +663,19 @@ class MXNetExecutor(GraphExecutor):
         return result
 
     def inference(self, feeds: Mapping[str, npt.NDArray[Any]]) -> dict[str, npt.NDArray[Any]]:
-        """Run the graph in inference mode; every graph output by name."""
-        return self._outputs(self._inference_callable(self._to_arrays(feeds))())
+        """Run the graph in inference mode; every graph output by name.
+
+        Feeds of a new signature compiled by an imperative pass (one whose symbol
+        MXNet's inference could not derive) are run once, by that pass
+        (the same operators on the same arrays): their outputs are that pass's, and the
+        compiled graph first runs with the next feeds of that shape.
+        """
+        arrays = self._to_arrays(feeds)
+        self._compile(arrays, False, None, keep=True)
+        computed, self._shape_pass = self._shape_pass, None
+        if computed is None or get_bus().wants(_NODE_END):
+            return self._outputs(self._inference_callable(arrays)())
+        return self._outputs({n: computed[n] for n in self._graph.outputs})
 
     def inference_and_backprop(
         self, feeds: Mapping[str, npt.NDArray[Any]], loss: str
@@ -507,8 +737,26 @@ class MXNetExecutor(GraphExecutor):
         return outs, dict(zip(self._grad_names, grads, strict=True))
 
     def native_correct_counter(self) -> MXNetCorrectCounter:
-        """A counter of correct predictions kept in an ``NDArray``, read once per epoch."""
-        return MXNetCorrectCounter()
+        """A counter of correct predictions kept in an ``NDArray``, read once per epoch.
+
+        From now on, training graphs whose first output are scores ``(N, C)`` and whose
+        input ``labels`` (d5's name for them) is ``(N,)`` also count the rows where the
+        argmax of the scores equals the labels, as an output of their ``CachedOp``; the
+        counter adds that count when it is given the step's own logits and labels (a
+        graph compiled before this call is compiled again, once)."""
+        outputs = self._graph.outputs
+        if self._counting is None and outputs and "labels" in self._graph.inputs:
+            self._counting = (outputs[0], "labels")
+        return MXNetCorrectCounter(self)
+
+    def counted(self, logits: Any, labels: Any) -> Any | None:
+        """The last training step's count of correct predictions, as its graph counted
+        them (an ``NDArray`` of one element, overwritten by the next step), when
+        ``logits`` and ``labels`` are that step's own arrays; else ``None``."""
+        last = self._last_count
+        if last is None or last[0] is not logits or last[1] is not labels:
+            return None
+        return last[2]
 
     # -- parameters --------------------------------------------------------------------------
 
@@ -536,8 +784,8 @@ class MXNetExecutor(GraphExecutor):
             if array.shape != old.shape:
                 raise UsageError(f"parameter {name!r} has shape {old.shape}, not {array.shape}")
             live = self._params.get(name)
-            if live is not None:
-                live[:] = array.astype(live.dtype, copy=False).reshape(live.shape)
+            if live is not None:  # what live[:] = ... runs, without its indexing path
+                live._sync_copyfrom(array.astype(live.dtype, copy=False).reshape(live.shape))
             if name in self._static_reads or name in self._known:
                 retranslate = True
             self._graph.parameters[name] = np.array(array, dtype=old.dtype, copy=True)

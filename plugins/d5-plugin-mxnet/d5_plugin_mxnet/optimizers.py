@@ -103,6 +103,9 @@ class _Slot:
     steps: int
     #: The learning rate MXNet's state is scaled with, where it folds it in.
     scale: float | None = None
+    #: The gradient array last found to fit the weight (the executor hands the same
+    #: buffers every step: checked once).
+    checked: Any = None
 
 
 class MXOptimizer(NativeOptimizer):
@@ -117,6 +120,10 @@ class MXOptimizer(NativeOptimizer):
     native: ClassVar[str | None] = "mxnet"
     #: Whether MXNet's state holds ``-lr`` times the reference's (see the module doc).
     folds_lr: ClassVar[bool] = False
+    #: Whether MXNet's optimizer updates several parameters in one call (its
+    #: ``aggregate_num``, as Gluon's ``Trainer`` calls it): one ``multi_*`` operator
+    #: per group of parameters instead of one per parameter, the same arithmetic.
+    aggregates: ClassVar[bool] = False
 
     def __init__(self, lr: float = 0.01, **hyper: float) -> None:
         super().__init__(lr, **hyper)
@@ -155,7 +162,12 @@ class MXOptimizer(NativeOptimizer):
     # -- helpers for subclasses ------------------------------------------------
 
     def _zeros(self, weight: NDArrayMX, value: float = 0.0) -> NDArrayMX:
-        return self._mx.nd.full(weight.shape, value, ctx=weight.context, dtype=weight.dtype)
+        """A state array shaped as ``weight``, every element ``value``: zeros are one
+        engine operation (``nd.full`` is an allocation and an indexed assignment)."""
+        mx_nd, shape, ctx, dtype = self._mx.nd, weight.shape, weight.context, weight.dtype
+        if value == 0 and not np.signbit(value):  # -0.0 stays as full makes it
+            return mx_nd.zeros(shape, ctx=ctx, dtype=dtype)
+        return mx_nd.full(shape, value, ctx=ctx, dtype=dtype)
 
     def _array(self, value: Array, weight: NDArrayMX, slot: str, name: str = "") -> NDArrayMX:
         array = np.asarray(value, dtype=weight.dtype)
@@ -207,7 +219,42 @@ class MXOptimizer(NativeOptimizer):
         self.configure(slot)
         optimizer.update(slot.index, weight, grad, slot.state)
 
-    def _gradient(self, name: str, grad: Any, weight: NDArrayMX) -> NDArrayMX:
+    def _update_all(self, slots: list[_Slot], grads: list[NDArrayMX]) -> None:
+        """:meth:`_update` of each slot with its gradient, in MXNet's aggregated calls
+        where the optimizer :attr:`aggregates` and no slot needs a step of its own (its
+        state rescaled to a new learning rate, or a step at ``lr == 0``)."""
+        lr = float(self.lr)
+        plain = not self.folds_lr or (lr != 0 and all(s.scale in (None, lr) for s in slots))
+        plain = plain and type(self).configure is MXOptimizer.configure  # nothing per slot
+        if not (self.aggregates and plain and slots):
+            for slot, grad in zip(slots, grads, strict=True):
+                self._update(slot, grad)
+            return
+        optimizer = self._optimizer
+        optimizer.lr = lr
+        by_dtype: dict[Any, list[tuple[_Slot, NDArrayMX]]] = {}
+        for slot, grad in zip(slots, grads, strict=True):
+            slot.steps += 1
+            optimizer._index_update_count[slot.index] = slot.steps - 1
+            if self.folds_lr:
+                slot.scale = lr
+            by_dtype.setdefault(slot.weight.dtype, []).append((slot, grad))
+        size = max(1, int(optimizer.aggregate_num))
+        for group in by_dtype.values():
+            for start in range(0, len(group), size):
+                part = group[start : start + size]
+                optimizer.update(
+                    [s.index for s, _ in part],
+                    [s.weight for s, _ in part],
+                    [g for _, g in part],
+                    [s.state for s, _ in part],
+                )
+
+    def _gradient(
+        self, name: str, grad: Any, weight: NDArrayMX, slot: _Slot | None = None
+    ) -> NDArrayMX:
+        if slot is not None and grad is slot.checked:
+            return grad
         mx = self._mx
         if grad is None:
             return mx.nd.zeros(weight.shape, ctx=weight.context, dtype=weight.dtype)
@@ -220,7 +267,9 @@ class MXOptimizer(NativeOptimizer):
                 f"parameter has {tuple(weight.shape)}"
             )
         if grad.dtype != weight.dtype:
-            grad = grad.astype(weight.dtype)
+            return grad.astype(weight.dtype)
+        if slot is not None:
+            slot.checked = grad
         return grad
 
     # -- numpy use -------------------------------------------------------------
@@ -267,10 +316,13 @@ class MXOptimizer(NativeOptimizer):
             raise UsageError(f"optimizer {self.name!r}: call bind(executor) before native_step")
         names, grads = self.native_gradients(native_grads, self._live)
         lr = float(self.lr)
+        slots, checked = [], []
         for name, grad in zip(names, grads, strict=True):
             weight = self._live[name]
             slot = self._slot(name, weight, lr)
-            self._update(slot, self._gradient(name, grad, weight))
+            slots.append(slot)
+            checked.append(self._gradient(name, grad, weight, slot))
+        self._update_all(slots, checked)
 
     # -- state -----------------------------------------------------------------
 
@@ -294,6 +346,7 @@ class MXSGD(MXOptimizer):
     """Plain SGD: ``p -= lr g`` (``mx.optimizer.SGD``)."""
 
     name: ClassVar[str] = "mx-sgd"
+    aggregates: ClassVar[bool] = True
 
     def make(self) -> Any:
         return self._mx.optimizer.SGD(learning_rate=self.lr, momentum=0.0, lazy_update=False,
@@ -307,6 +360,7 @@ class MXMomentum(MXOptimizer):
     name: ClassVar[str] = "mx-momentum"
     defaults: ClassVar[dict[str, float]] = {"momentum": 0.9}
     folds_lr: ClassVar[bool] = True
+    aggregates: ClassVar[bool] = True
 
     def make(self) -> Any:
         return self._mx.optimizer.SGD(learning_rate=self.lr, momentum=self.hyper["momentum"],

@@ -10,6 +10,13 @@ one; BatchNormalization normalizes with the batch statistics). The running stati
 training pass computes are kept in :attr:`NumpyExecutor.running_stats` and written into
 the parameters only when :meth:`NumpyExecutor.apply_running_stats` is called.
 
+Training passes. The operators of a training pass are told what the graph makes
+certain (``ReferenceOperator.retain``, ``unneeded``, ``read``): backward runs on the very
+arrays forward got, so Conv and MaxPool keep their windows and maxima instead of
+computing them again; an input that depends on no trainable parameter (the data) needs
+no gradient, so Conv skips its col2im; MaxPool leaves out ``Indices`` when nothing reads
+them. Every result stays bit-identical to operators told nothing.
+
 Opsets. Nodes are translated to the operators' opset-13+ contract before being created:
 ``Squeeze``/``Unsqueeze`` ``axes`` attributes (opset < 13) become inputs, ``Softmax`` and
 ``LogSoftmax`` before opset 13 coerce their input to 2-D at ``axis`` (default 1),
@@ -133,6 +140,11 @@ class _Step:
     fallback: FallbackNode | None = None
     #: The node the step runs.
     node: onnx.NodeProto | None = None
+    #: In a training plan: the positions of inputs that depend on no trainable
+    #: parameter, whose gradients backward may skip (see ``ReferenceOperator.unneeded``).
+    unneeded: frozenset[int] | None = None
+    #: Positions of the outputs that a node or the graph's outputs read.
+    read: frozenset[int] | None = None
 
 
 def _translate(node: onnx.NodeProto, opset: int, training: bool) -> _Step:
@@ -419,7 +431,14 @@ class NumpyExecutor(GraphExecutor):
 
     def _plan(self, training: bool) -> list[_Step]:
         steps = []
+        reads = {
+            id(n): [*(i for i in n.input if i), *implicit_inputs(n)] for n in self._graph.nodes
+        }
+        used = {i for names in reads.values() for i in names} | set(self._graph.outputs)
+        trained = set(self._graph.trainable)  # values that depend on a trainable parameter
         for node in self._graph.nodes:
+            if any(i in trained for i in reads[id(node)]):
+                trained.update(o for o in node.output if o)
             if all(o in self._constants for o in node.output if o):
                 continue
             step = self._step(node, training)
@@ -443,6 +462,13 @@ class NumpyExecutor(GraphExecutor):
                     self._constants[i] if isinstance(i, str) and i in self._constants else i
                     for i in step.inputs
                 ]
+            step.read = frozenset(k for k, o in enumerate(step.outputs) if o in used)
+            if training:
+                step.unneeded = frozenset(
+                    k
+                    for k, i in enumerate(step.inputs)
+                    if not (isinstance(i, str) and i in trained)
+                )
             steps.append(step)
         return steps
 
@@ -472,6 +498,11 @@ class NumpyExecutor(GraphExecutor):
                     op = self._legacy_broadcast(step, step.legacy, inputs)
                 else:
                     op = self._create(step.op_type, step.attributes, descs)
+                    if isinstance(op, ReferenceOperator):
+                        op.read = step.read
+                    if step.unneeded is not None and isinstance(op, ReferenceOperator):
+                        # a training pass: backward follows on the same arrays
+                        op.retain, op.unneeded = True, step.unneeded
             except UsageError as exc:
                 op = self._refused(step, inputs, exc)
             step.ops[key] = op
@@ -510,8 +541,11 @@ class NumpyExecutor(GraphExecutor):
         op.check_inputs(cast(Sequence[TensorDescriptor], descs))
         return op
 
-    def _run_step(self, step: _Step, inputs: list[np.ndarray]) -> list[np.ndarray]:
-        op = self._operator(step, inputs)
+    def _run_step(
+        self, step: _Step, inputs: list[np.ndarray], op: Operator | None = None
+    ) -> list[np.ndarray]:
+        if op is None:
+            op = self._operator(step, inputs)
         try:
             return op.forward(inputs)
         except UsageError as exc:
@@ -535,16 +569,17 @@ class NumpyExecutor(GraphExecutor):
         traced = bus.wants(GRAPH_NODE + ".end")
         for step in self._steps[training]:
             args = [env[i] if isinstance(i, str) else i for i in step.inputs]
+            op = self._operator(step, args)  # type: ignore[arg-type]
             if traced:
                 with bus.span(GRAPH_NODE, level=1, node=step.name, op_type=step.op_type):
-                    outs = self._run_step(step, args)  # type: ignore[arg-type]
+                    outs = self._run_step(step, args, op)  # type: ignore[arg-type]
             else:
-                outs = self._run_step(step, args)  # type: ignore[arg-type]
+                outs = self._run_step(step, args, op)  # type: ignore[arg-type]
             for name, value in zip(step.outputs, outs, strict=False):
                 if name:
                     env[name] = value
             if records is not None:
-                records.append(_Record(step, self._operator(step, args), args, outs))  # type: ignore[arg-type]
+                records.append(_Record(step, op, args, outs))  # type: ignore[arg-type]
             if training and step.op_type == "BatchNormalization" and len(outs) == 3:
                 for src, value in zip(step.inputs[3:5], outs[1:3], strict=True):
                     if isinstance(src, str):

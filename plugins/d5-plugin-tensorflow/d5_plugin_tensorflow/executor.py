@@ -632,8 +632,9 @@ class TensorFlowExecutor(GraphExecutor, NativeTraining):
         )
 
     def native_correct_counter(self) -> VariableCorrectCounter:
-        """A counter of correct predictions kept in a ``tf.Variable``: the trainer's native
-        path adds each step's logits and labels and reads the count once per epoch."""
+        """A counter of correct predictions: the trainer's native path adds each step's
+        logits and labels, which it keeps and counts in one go when the count is read,
+        once per epoch (:class:`~d5_plugin_tensorflow.correct_counter.VariableCorrectCounter`)."""
         return VariableCorrectCounter()
 
     # -- parameters -------------------------------------------------------------------------

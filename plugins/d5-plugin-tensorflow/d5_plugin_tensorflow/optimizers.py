@@ -85,10 +85,14 @@ class TFOptimizer(NativeOptimizer):
     native: ClassVar[str | None] = "tensorflow"
     #: Compile the step with XLA: one fused computation for all parameters, which pays
     #: off with many or large parameters (Adam on 40 tensors of 256x256 on CPU: 3.1 ms a
-    #: step against 7.2 ms; the digits MLP: the same ~0.1 ms) at a first-step compile of
-    #: 0.1-0.8 s; results differ from the reference by an ulp or so (fused
-    #: multiply-adds). ``False``: TensorFlow's own kernels, op for op the reference's.
-    jit_compile: ClassVar[bool] = True
+    #: step against 7.2 ms; the digits MLP: the same ~0.1 ms), but only after a
+    #: first-step compile of 0.1-0.5 s that time to accuracy pays in full (digits MLP
+    #: with ``tf-momentum``: 0.14-0.49 s of a run of under a second, against 0.02-0.04 s
+    #: to trace the step without XLA); results differ from the reference by an ulp or so
+    #: (fused multiply-adds). ``False`` (the default): TensorFlow's own kernels, op for
+    #: op the reference's. A subclass for long runs of many or large parameters may
+    #: set it.
+    jit_compile: ClassVar[bool] = False
 
     def __init__(self, lr: float = 0.01, **hyper: float) -> None:
         super().__init__(lr, **hyper)
@@ -318,9 +322,15 @@ class TFMomentum(TFOptimizer):
     def apply(
         self, p: Variable, g: Tensor, slots: Mapping[str, Variable], lr: Tensor, t: Tensor
     ) -> None:
-        v = slots["velocity"]
-        v.assign(v * _like(self.hyper["momentum"], p.dtype) + g)
-        p.assign_sub(_like(lr, p.dtype) * v)
+        # TensorFlow's fused kernel computes exactly this (accum = accum * m + g;
+        # var -= lr * accum) as one op instead of five, which cuts the step's trace and
+        # first call by a third (LeNet-5's 10 parameters: 90-150 ms to 60-95 ms, in a
+        # run of under a second)
+        tf.raw_ops.ResourceApplyMomentum(
+            var=p.handle, accum=slots["velocity"].handle, lr=_like(lr, p.dtype), grad=g,
+            momentum=_like(self.hyper["momentum"], p.dtype), use_locking=False,
+            use_nesterov=False,
+        )  # fmt: skip
 
 
 class TFNesterov(TFOptimizer):

@@ -114,3 +114,41 @@ def test_accuracy_counted_per_epoch_equals_the_per_step_count() -> None:
     new, old = (r.metrics["training_accuracy"] for r in (device, per_step))
     assert [e["accuracy"] for e in new["per_epoch"]] == [e["accuracy"] for e in old["per_epoch"]]
     assert 0 < new["value"] < 1
+
+
+def test_counter_counts_held_batches_as_each_batch_would_across_kinds_and_the_limit(
+    monkeypatch,
+) -> None:
+    import d5_plugin_tensorflow.correct_counter as module
+
+    monkeypatch.setattr(module, "_HELD_ELEMENTS", 100)  # counted every few batches
+    rng = np.random.default_rng(2)
+    data = [
+        *_batches([16, 16, 7]),
+        *_batches([8, 8], classes=7),  # another class axis: the held ones are counted first
+        (rng.standard_normal((8, 5)), rng.integers(0, 5, (8, 1))),  # broadcasts: at once
+        *_batches([16, 3]),
+    ]
+    counter = VariableCorrectCounter()
+    for logits, labels in data:
+        counter.add(tf.constant(logits), tf.constant(labels))
+    assert counter.take() == _per_batch(data)
+    counter.add(tf.constant(data[0][0]), tf.constant(data[0][1]))
+    assert counter.take() == _per_batch(data[:1])
+
+
+def test_counter_off_the_host_counts_in_a_variable_as_each_batch_would(monkeypatch) -> None:
+    import d5_plugin_tensorflow.correct_counter as module
+
+    monkeypatch.setattr(module, "_on_host", lambda *tensors: False)  # as on a GPU
+    rng = np.random.default_rng(3)
+    data = [
+        *_batches([16, 16, 7]),
+        (rng.standard_normal((8, 5)), rng.integers(0, 5, (8, 1))),
+        *_batches([8], classes=7),
+    ]
+    counter = VariableCorrectCounter()
+    for logits, labels in data:
+        counter.add(tf.constant(logits), tf.constant(labels))
+    assert counter.take() == _per_batch(data)
+    assert counter.take() == 0

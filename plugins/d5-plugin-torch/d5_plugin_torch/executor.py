@@ -828,9 +828,10 @@ class TorchExecutor(GraphExecutor, NativeTraining):
                 value = env[loss]
                 if not leaves:  # nothing to train: autograd refuses an empty input list
                     return env, ()
-                grads = torch.autograd.grad(
-                    value, leaves, grad_outputs=torch.ones_like(value), allow_unused=True
-                )
+                # a one-element loss needs no explicit grad_outputs (torch seeds it with
+                # one); passing them costs torch a 0.5 s import of sympy on first use
+                seed = None if value.numel() == 1 else torch.ones_like(value)
+                grads = torch.autograd.grad(value, leaves, grad_outputs=seed, allow_unused=True)
             return env, grads
 
         return step

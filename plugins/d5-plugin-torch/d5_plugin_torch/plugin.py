@@ -1,14 +1,16 @@
 """The plugin module of d5-plugin-torch.
 
-Nothing here imports torch at module level: listing plugins must not pay for it. Each
-hook imports torch when it is called, and only if torch is already needed (a hook about
-a CUDA device does nothing unless torch was imported by the work being measured).
+Nothing here imports torch: listing plugins, or a run on another framework, must not pay
+for it. Each hook reads torch only if the work being measured already imported it (the
+environment then records its threads and backends; otherwise only its installed
+version, and a hook about a CUDA device does nothing).
 """
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Mapping
+from importlib import metadata
 from typing import Any
 
 from d5core.api import hookimpl
@@ -23,20 +25,30 @@ def _torch_if_loaded() -> Any:
 
 @hookimpl
 def d5_environment_info() -> Mapping[str, Any]:
-    import torch
-
+    torch = _torch_if_loaded()
+    if torch is None:
+        # Not imported by the work measured in this process (another framework's run, or
+        # a bench that imports torch in its workers): the version from the metadata,
+        # without the import, which costs a second or more.
+        return {"torch": _installed_version(), "imported": False}
     info: dict[str, Any] = {
         "torch": torch.__version__,
         "num_threads": torch.get_num_threads(),
         "num_interop_threads": torch.get_num_interop_threads(),
         "cuda_available": torch.cuda.is_available(),
-        # torch.backends.mkldnn.is_available has no annotations (torch 2.13)
-        "mkldnn": torch.backends.mkldnn.is_available(),  # type: ignore[no-untyped-call]
+        "mkldnn": torch.backends.mkldnn.is_available(),
     }
     if torch.cuda.is_available():
         info["cuda"] = torch.version.cuda
         info["devices"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
     return info
+
+
+def _installed_version() -> str | None:
+    try:
+        return metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        return None
 
 
 @hookimpl

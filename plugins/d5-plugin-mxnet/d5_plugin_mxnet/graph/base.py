@@ -6,7 +6,8 @@ both of MXNet's front ends: ``ctx.F`` is ``mx.nd`` when the graph runs imperativ
 (the shape pass, and ``--breakdown`` runs node by node) and ``mx.sym`` when the
 executor builds the symbol it compiles into a ``CachedOp``. Decisions that depend on
 shapes read ``ctx.shapes`` (known in both cases: the symbol is built after an
-imperative pass on the same feeds), never ``x.shape``.
+imperative pass on the same feeds, or from shapes MXNet's shape inference confirms),
+never ``x.shape``.
 """
 
 from __future__ import annotations
@@ -55,8 +56,8 @@ class Context:
     """
 
     F: Any
-    shapes: list[Shape]
-    dtypes: list[np.dtype[Any] | None]
+    shapes: Sequence[Shape]
+    dtypes: Sequence[np.dtype[Any] | None]
     constant: Callable[[str, npt.NDArray[Any]], Any]
     values: list[npt.NDArray[Any] | None] = field(default_factory=list)
 

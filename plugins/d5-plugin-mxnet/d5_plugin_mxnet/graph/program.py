@@ -3,10 +3,16 @@ MXNet compiles into a ``CachedOp`` (what a hybridized Gluon block runs).
 
 :func:`run_steps` runs the steps one by one on ``NDArray``s; it tells each node's input
 shapes, and it is what ``--breakdown`` times node by node (``each`` wraps every node).
-:func:`build_symbol` builds the symbol from the shapes such a run found, and
-:func:`compile_symbol` makes the ``CachedOp``: static memory and static shapes, the
-flags of ``HybridBlock.hybridize(static_alloc=True, static_shape=True)``, and the feeds
-told apart from the parameters, as Gluon tells them.
+:func:`build_symbol` builds the symbol from the shapes such a run found;
+:func:`derive_symbol` builds the same symbol without a run, from shapes that MXNet's
+shape and type inference confirms (for a new batch size of a graph already compiled,
+what a ``CachedOp`` does for a new shape); and :func:`compile_symbol` makes the
+``CachedOp``: static memory and static shapes, the flags of
+``HybridBlock.hybridize(static_alloc=True, static_shape=True)``, and the feeds told
+apart from the parameters, as Gluon tells them.
+
+Node constants (the arrays a node function makes, such as an LSTM's zero state) are
+kept by node, key, type and shape: a graph compiled for another batch size makes its own.
 
 Folding: values known when the graph is compiled (constants, fixed integer initializers,
 feeds read as static values, and the shapes Shape and Size read) are kept as numpy
@@ -22,7 +28,7 @@ import hashlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -35,8 +41,10 @@ from d5core.api import UsageError
 __all__ = [
     "NEVER_FOLDED",
     "CompiledGraph",
+    "Derived",
     "build_symbol",
     "compile_symbol",
+    "derive_symbol",
     "fold_node",
     "run_steps",
 ]
@@ -81,6 +89,13 @@ def _fold_key(output: str, value: npt.NDArray[Any]) -> str:
     """The node-constant key of a folded output with this value."""
     digest = hashlib.sha1(value.tobytes()).hexdigest()[:16]
     return f"fold:{output}:{value.dtype.str}{value.shape}:{digest}"
+
+
+def _constant_key(key: str, value: npt.NDArray[Any]) -> str:
+    """The node-constant key of a constant a node function made under ``key``: with its
+    type and shape, which may depend on the feeds' (an LSTM's zero state has the
+    batch's), so that a graph compiled for other feeds never reads another's."""
+    return f"{key}:{value.dtype.str}{value.shape}"
 
 
 def _gather_elements_value(node: onnx.NodeProto, inputs: Sequence[Any]) -> list[npt.NDArray[Any]]:
@@ -210,10 +225,7 @@ def run_steps(
                 continue
 
         def constant(key: str, value: npt.NDArray[Any], node: str = step.name) -> Any:
-            found = constants.get((node, key))
-            if found is None:
-                found = constants[(node, key)] = mx.nd.array(value, dtype=value.dtype)
-            return found
+            return _node_constant(constants, (node, _constant_key(key, value)), value)
 
         values = [None if known is None else known.get(n) for n in step.inputs]
         ctx = Context(mx.nd, shapes, [np.dtype(x.dtype) for x in xs], constant, values)
@@ -245,6 +257,16 @@ class CompiledGraph:
     outputs: list[str]
     constants: dict[str, Any]
     known: dict[str, npt.NDArray[Any]] = field(default_factory=dict)
+    #: The op's arguments, feeds left ``None`` (filled by the executor once).
+    args: list[Any] = field(default_factory=list)
+    #: Where the feeds go among the arguments: (position, feed name).
+    feeds: list[tuple[int, str]] = field(default_factory=list)
+    #: When the op has one more output after ``outputs``, counting the correct
+    #: predictions: (the index of the scores among ``outputs``, the labels' feed).
+    counts: tuple[int, str] | None = None
+    #: The shape and type of every value, by name (a guess for the next signature).
+    shapes: dict[str, Shape] = field(default_factory=dict)
+    dtypes: dict[str, np.dtype[Any]] = field(default_factory=dict)
 
 
 def build_symbol(
@@ -252,7 +274,7 @@ def build_symbol(
     shapes: Mapping[str, Shape],
     dtypes: Mapping[str, np.dtype[Any]],
     outputs: Sequence[str],
-    node_constants: Mapping[tuple[str, str], Any],
+    node_constants: dict[tuple[str, str], Any],
     known: Mapping[str, npt.NDArray[Any]] | None = None,
 ) -> tuple[Any, dict[str, Any]]:
     """The symbol computing ``outputs`` and the arrays of the node constants it reads.
@@ -261,51 +283,329 @@ def build_symbol(
     same feeds; ``node_constants`` the constants that run made, and ``known`` the values
     it knew (steps it folded read their outputs from its constants).
     """
-    known = known or {}
-    mx = mxnet()
-    env: dict[str, Any] = {}
-    variables: set[int] = set()
-    fed: dict[str, Any] = {}
+    built = _Build(shapes, dtypes, node_constants, dict(known or {}))
+    return built.symbol(steps, outputs), built.fed
 
-    def value(name: str) -> Any:
-        found = env.get(name)
+
+def _node_constant(
+    node_constants: dict[tuple[str, str], Any], key: tuple[str, str], array: npt.NDArray[Any]
+) -> Any:
+    """The node constant ``key``, made from ``array`` as :func:`run_steps` makes it when
+    no run made it yet."""
+    found = node_constants.get(key)
+    if found is None:
+        found = node_constants[key] = mxnet().nd.array(array, dtype=array.dtype)
+    return found
+
+
+class _Build:
+    """One symbol being built: the symbol of every value it reads or computes
+    (:attr:`env`), the arrays of its node constants (:attr:`fed`), and what is known.
+
+    :param shapes: the shape of every value (may be a :class:`_Inferring`).
+    :param opset: the graph's opset, to fold the nodes whose inputs become known while
+        the symbol is built; ``None`` when ``known`` already holds every folded value.
+    """
+
+    def __init__(
+        self,
+        shapes: Mapping[str, Shape],
+        dtypes: Mapping[str, np.dtype[Any]],
+        node_constants: dict[tuple[str, str], Any],
+        known: dict[str, npt.NDArray[Any]],
+        opset: int | None = None,
+    ) -> None:
+        self.shapes, self.dtypes, self.known, self.opset = shapes, dtypes, known, opset
+        self.node_constants = node_constants
+        self.env: dict[str, Any] = {}
+        self.fed: dict[str, Any] = {}
+        self._variables: set[int] = set()
+
+    def value(self, name: str) -> Any:
+        """The symbol of ``name``; a new variable for one no node computed."""
+        found = self.env.get(name)
         if found is None:
-            found = env[name] = mx.sym.var(name)
-            variables.add(id(found))
+            found = self.env[name] = mxnet().sym.var(name)
+            self._variables.add(id(found))
         return found
 
-    with mx.name.Prefix("d5_"):
-        for step in steps:
-            if step.node is not None and all(o in known for o in step.outputs if o):
-                for name in (o for o in step.outputs if o and known[o].size):
-                    key = _fold_key(name, known[name])
-                    fed[f"{step.name}/{key}"] = node_constants[(step.name, key)]
-                    env[name] = value(f"{step.name}/{key}")
-                continue
+    def _fold(self, step: Step) -> None:
+        """Fold ``step`` as :func:`run_steps` folds it, from the shapes told (updated
+        with those of its outputs, as MXNet holds them)."""
+        known, node = self.known, step.node
+        given = [n for n in (node.input if node is not None else ()) if n]
+        if step.op_type in _SHAPE_READERS and given and given[0] not in known:
+            shapes = [tuple(self.shapes[n]) for n in step.inputs]
+        elif all(n in known for n in given):
+            shapes = []
+        else:
+            return
+        outs = _folded(step, known, shapes, self.opset or 0)
+        for name, value in zip(step.outputs, outs or [], strict=False):
+            if name:
+                known[name] = value
+                if value.size:
+                    array = _mx_array(value)
+                    key = (step.name, _fold_key(name, value))
+                    _node_constant(self.node_constants, key, array)
 
-            def constant(key: str, array: npt.NDArray[Any], node: str = step.name) -> Any:
-                name = f"{node}/{key}"
-                fed[name] = node_constants[(node, key)]
-                return value(name)
+    def symbol(self, steps: Sequence[Step], outputs: Sequence[str]) -> Any:
+        """The symbol of ``steps`` computing ``outputs``."""
+        mx = mxnet()
+        known, value = self.known, self.value
+        with mx.name.Prefix("d5_"):
+            for step in steps:
+                if self.opset is not None:
+                    self._fold(step)
+                if step.node is not None and all(o in known for o in step.outputs if o):
+                    for name in (o for o in step.outputs if o and known[o].size):
+                        key = _fold_key(name, known[name])
+                        self.fed[f"{step.name}/{key}"] = self.node_constants[(step.name, key)]
+                        self.env[name] = value(f"{step.name}/{key}")
+                    continue
+                ctx = Context(
+                    mx.sym,
+                    self._described(step.inputs, self.shapes, tuple),
+                    self._described(step.inputs, self.dtypes, None),
+                    self._constant_maker(step.name),
+                    [known.get(n) for n in step.inputs],
+                )
+                outs = step.fn(ctx, [value(n) for n in step.inputs])
+                self.env.update((n, v) for n, v in zip(step.outputs, outs, strict=False) if n)
+            heads = []
+            seen: set[int] = set()
+            for name in outputs:
+                head = value(name)  # a node's output, or a parameter or constant fed as is
+                if id(head) in self._variables or id(head) in seen:  # an op's output
+                    head = mx.sym.identity(head)
+                seen.add(id(head))
+                heads.append(head)
+            return mx.sym.Group(heads)
 
-            ctx = Context(
-                mx.sym,
-                [tuple(shapes[n]) for n in step.inputs],
-                [dtypes[n] for n in step.inputs],
-                constant,
-                [known.get(n) for n in step.inputs],
-            )
-            outs = step.fn(ctx, [value(n) for n in step.inputs])
-            env.update((name, v) for name, v in zip(step.outputs, outs, strict=False) if name)
-        heads = []
-        seen: set[int] = set()
-        for name in outputs:
-            head = value(name)  # a node's output, or a parameter or constant fed as is
-            if id(head) in variables or id(head) in seen:  # a head must be an op's output
-                head = mx.sym.identity(head)
-            seen.add(id(head))
-            heads.append(head)
-        return mx.sym.Group(heads), fed
+    @staticmethod
+    def _described(
+        names: Sequence[str], table: Mapping[str, Any], convert: Callable[[Any], Any] | None
+    ) -> Sequence[Any]:
+        """The shapes or types of the inputs ``names`` from ``table`` (``convert``-ed):
+        read now when ``table`` holds them all; looked up as the node reads them when it
+        infers them (an :class:`_Inferring`), so that a node reading none costs no
+        inference."""
+        if isinstance(table, _Inferring):
+            return _Looked(names, table, convert)
+        return [table[n] if convert is None else convert(table[n]) for n in names]
+
+    def _constant_maker(self, node: str) -> Callable[[str, npt.NDArray[Any]], Any]:
+        def constant(key: str, array: npt.NDArray[Any]) -> Any:
+            mark = _constant_key(key, array)
+            self.fed[f"{node}/{mark}"] = _node_constant(self.node_constants, (node, mark), array)
+            return self.value(f"{node}/{mark}")
+
+        return constant
+
+
+class _ArgumentShapes:
+    """The shape and type of every array a symbol reads, by name, each read from its
+    ``NDArray`` once (a read is a call into MXNet; an inference per node reads them all
+    again otherwise).
+
+    :param arrays: the arrays by name; more may be added while the symbol is built.
+    """
+
+    def __init__(self, arrays: Mapping[str, Any]) -> None:
+        self.arrays = dict(arrays)
+        self._seen: dict[str, tuple[Shape, np.dtype[Any]]] = {}
+
+    def add(self, arrays: Mapping[str, Any]) -> None:
+        """Tell the arrays ``arrays`` too (node constants made since)."""
+        self.arrays.update(arrays)
+
+    def of(self, name: str) -> tuple[Shape, np.dtype[Any]]:
+        """The shape and type of the array ``name``."""
+        found = self._seen.get(name)
+        if found is None:
+            array = self.arrays[name]
+            found = self._seen[name] = (tuple(array.shape), np.dtype(array.dtype))
+        return found
+
+
+def _inferred(
+    symbols: Mapping[str, Any], args: _ArgumentShapes
+) -> tuple[list[Shape], list[np.dtype[Any]]] | None:
+    """The shape and type MXNet infers for every one of ``symbols`` from the arrays
+    ``args`` tells (their inputs by name), in one pass; ``None`` when it cannot infer
+    all."""
+    mx = mxnet()
+    group = mx.sym.Group(list(symbols.values()))
+    described = {n: args.of(n) for n in group.list_arguments()}
+    # the methods infer_shape and infer_type wrap: those print their arguments on failure
+    _, shapes, _ = group._infer_shape_impl(False, **{n: d[0] for n, d in described.items()})
+    _, types, _ = group._infer_type_impl(False, **{n: d[1] for n, d in described.items()})
+    if shapes is None or types is None or any(0 in s for s in shapes):
+        return None
+    return [tuple(int(d) for d in s) for s in shapes], [np.dtype(t) for t in types]
+
+
+class _Inferring(dict[str, Any]):
+    """Shapes (or types) by value name; one missing is inferred by MXNet, with those of
+    every value built since the last inference (see :meth:`_Inference.inferring`)."""
+
+    def __init__(self, given: Mapping[str, Any], infer: Callable[[], None]) -> None:
+        super().__init__(given)
+        self._infer = infer
+
+    def __missing__(self, name: str) -> Any:
+        self._infer()
+        return dict.__getitem__(self, name)  # a KeyError when MXNet could not tell
+
+
+class _Looked(Sequence[Any]):
+    """The shapes or types of a node's inputs, each looked up in ``table`` (and
+    ``convert``-ed) when the node reads it."""
+
+    def __init__(
+        self, names: Sequence[str], table: Mapping[str, Any], convert: Callable[[Any], Any] | None
+    ) -> None:
+        self._names, self._table, self._convert = list(names), table, convert
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+    def _one(self, name: str) -> Any:
+        found = self._table[name]
+        return found if self._convert is None else self._convert(found)
+
+    @overload
+    def __getitem__(self, index: int) -> Any: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[Any]: ...
+    def __getitem__(self, index: int | slice) -> Any:
+        if isinstance(index, slice):
+            return [self._one(n) for n in self._names[index]]
+        return self._one(self._names[index])
+
+    def __repr__(self) -> str:
+        return repr(list(self))
+
+
+@dataclass
+class Derived:
+    """A symbol :func:`derive_symbol` built, with the shape and type of every value."""
+
+    symbol: Any
+    fed: dict[str, Any]
+    shapes: dict[str, Shape]
+    dtypes: dict[str, np.dtype[Any]]
+
+
+class _Inference:
+    """What :func:`derive_symbol` builds from: the steps, the arrays the symbol reads,
+    and what is known before any node is folded."""
+
+    def __init__(
+        self,
+        steps: Sequence[Step],
+        outputs: Sequence[str],
+        node_constants: dict[tuple[str, str], Any],
+        known: Mapping[str, npt.NDArray[Any]],
+        inputs: Mapping[str, Any],
+        opset: int,
+    ) -> None:
+        self.steps, self.outputs, self.known, self.inputs = steps, outputs, known, inputs
+        self.node_constants, self.opset = node_constants, opset
+
+    def guessed(
+        self, shapes: dict[str, Shape], dtypes: dict[str, np.dtype[Any]]
+    ) -> tuple[Derived | None, dict[str, tuple[Shape, np.dtype[Any]]]]:
+        """The symbol built from ``shapes`` and ``dtypes`` when MXNet infers the same for
+        every value it reads or computes; else ``None`` and what MXNet inferred instead.
+
+        :raises MXNetError: when the inference fails (a guess made a symbol MXNet refuses).
+        """
+        built = _Build(shapes, dtypes, self.node_constants, dict(self.known), self.opset)
+        symbol = built.symbol(self.steps, self.outputs)
+        args = _ArgumentShapes(self.inputs)
+        args.add(built.fed)
+        found = _inferred(built.env, args)
+        if found is None:
+            raise KeyError("MXNet could not infer every shape")
+        described = {
+            name: (shape, dtype) for name, shape, dtype in zip(built.env, *found, strict=True)
+        }
+        wrong = {n: d for n, d in described.items() if (shapes.get(n), dtypes.get(n)) != d}
+        if wrong:
+            return None, wrong
+        return Derived(symbol, built.fed, dict(shapes), dict(dtypes)), {}
+
+    def inferring(self) -> Derived:
+        """The symbol built node by node, each shape and type a node reads inferred by
+        MXNet when it is first read (every value built since the last inference with it).
+
+        :raises KeyError: when MXNet cannot infer a shape a node reads.
+        """
+        given = {n: tuple(a.shape) for n, a in self.inputs.items()}
+        types = {n: np.dtype(a.dtype) for n, a in self.inputs.items()}
+        built: _Build
+        args = _ArgumentShapes(self.inputs)
+
+        def infer() -> None:
+            pending = {n: v for n, v in built.env.items() if not dict.__contains__(shapes, n)}
+            args.add(built.fed)
+            found = _inferred(pending, args) if pending else None
+            for name, shape, dtype in zip(pending, *(found or ([], [])), strict=True):
+                dict.__setitem__(shapes, name, shape)
+                dict.__setitem__(dtypes, name, dtype)
+
+        shapes, dtypes = _Inferring(given, infer), _Inferring(types, infer)
+        built = _Build(shapes, dtypes, self.node_constants, dict(self.known), self.opset)
+        symbol = built.symbol(self.steps, self.outputs)
+        infer()
+        return Derived(symbol, built.fed, dict(shapes), dict(dtypes))
+
+
+def derive_symbol(
+    steps: Sequence[Step],
+    guess: Mapping[str, Shape],
+    dtypes: Mapping[str, np.dtype[Any]],
+    outputs: Sequence[str],
+    node_constants: dict[tuple[str, str], Any],
+    known: Mapping[str, npt.NDArray[Any]],
+    inputs: Mapping[str, Any],
+    opset: int,
+    rounds: int = 3,
+) -> Derived | None:
+    """The symbol :func:`build_symbol` makes after :func:`run_steps` on the feeds among
+    ``inputs``, built without running the graph, as a ``CachedOp`` handles a new shape:
+    from MXNet's shape and type inference.
+
+    First from ``guess`` and ``dtypes`` (a shape and a type for every value, those of
+    ``inputs`` exact): the nodes are folded and the symbol built from them, and one
+    inference of every value the symbol reads or computes checks every shape and type
+    a node was told; where MXNet infers others, they are the next round's guess. When
+    no round holds, the symbol is built node by node, MXNet inferring each shape a node
+    reads (an inference for each node that reads a shape or type not yet inferred,
+    instead of one).
+
+    :param inputs: the arrays the symbol reads, by name: feeds, parameters, constants.
+    :return: ``None`` when a node or MXNet refuses (the caller then runs the graph, which
+        names what is wrong).
+    """
+    mx = mxnet()
+    inference = _Inference(steps, outputs, node_constants, known, inputs, opset)
+    shapes, types = dict(guess), dict(dtypes)
+    refused = (UsageError, mx.base.MXNetError, KeyError, IndexError, ValueError)
+    for _ in range(rounds):
+        try:
+            derived, wrong = inference.guessed(shapes, types)
+        except refused:
+            break
+        if derived is not None:
+            return derived
+        for name, (shape, dtype) in wrong.items():
+            shapes[name], types[name] = shape, dtype
+    try:
+        return inference.inferring()
+    except refused:
+        return None
 
 
 def compile_symbol(

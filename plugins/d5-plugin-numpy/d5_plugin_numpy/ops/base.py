@@ -91,6 +91,19 @@ class ReferenceOperator(Operator):
     #: Whether an optional input before the last given one may be ``None`` (absent; ONNX
     #: writes an empty name): in ``check_inputs``, ``forward`` and ``backward``.
     absent_inputs: ClassVar[bool] = False
+    #: Set by an executor on the operators of a training pass, which calls ``backward``
+    #: with the very arrays ``forward`` got: ``forward`` may then keep what ``backward``
+    #: would compute again from them (Conv's windows, MaxPool's maxima), and ``backward``
+    #: uses it only for those same input objects. Off by default: a caller may change an
+    #: input in place between the two calls.
+    retain: bool = False
+    #: Positions of the inputs whose gradient the caller does not read (an executor sets
+    #: it for inputs that depend on no trained parameter, such as the data): ``backward``
+    #: may return ``None`` for them instead of computing it.
+    unneeded: frozenset[int] = frozenset()
+    #: Positions of the outputs somebody reads (set by an executor from the graph; ``None``:
+    #: all): ``forward`` may leave out trailing outputs not among them (MaxPool's Indices).
+    read: frozenset[int] | None = None
 
     def __init__(self, attributes: Mapping[str, Any] | None = None) -> None:
         super().__init__(attributes)

@@ -118,11 +118,15 @@ class Conv(_ConvBase):
         n, g = x.shape[0], self.group
         return cols.reshape(n, g, -1, math.prod(geo.out))
 
+    #: With :attr:`retain`: the input of the last forward and its windows.
+    _kept: tuple[np.ndarray, np.ndarray] | None = None
+
     def forward(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         x, w = inputs[0], inputs[1]
         geo = self.geometry(x.shape, w.shape)
         g, m = self.group, w.shape[0]
         cols = self._windows(x, geo)
+        self._kept = (x, cols) if self.retain else None
         weights = w.reshape(g, m // g, -1)
         y = np.matmul(weights, cols).reshape((x.shape[0], m, *geo.out))
         if len(inputs) > 2:
@@ -139,9 +143,13 @@ class Conv(_ConvBase):
         geo = self.geometry(x.shape, w.shape)
         g, m, n = self.group, w.shape[0], x.shape[0]
         dy = np.asarray(grad_outputs[0], dtype=x.dtype).reshape(n, g, m // g, -1)
-        cols = self._windows(x, geo)
+        kept, self._kept = self._kept, None
+        cols = kept[1] if kept is not None and kept[0] is x else self._windows(x, geo)
         weights = w.reshape(g, m // g, -1)
         dw = np.matmul(dy, cols.swapaxes(-1, -2)).sum(axis=0).reshape(w.shape)
+        bias = [dy.sum(axis=(0, 3)).reshape(m)] if len(inputs) > 2 else []
+        if 0 in self.unneeded:  # nobody reads dx (the data): skip col2im
+            return [None, dw, *bias]
         dcols = np.matmul(weights.swapaxes(-1, -2), dy)
         dcols = dcols.reshape((n, x.shape[1], *geo.kernel, *geo.out))
         padded = [
@@ -149,10 +157,7 @@ class Conv(_ConvBase):
         ]
         dxp = scatter(dcols, padded, geo.kernel, geo.strides, geo.dilations, geo.out)
         dx = crop(dxp, geo.pads_begin, x.shape[2:])
-        grads: list[np.ndarray | None] = [dx, dw]
-        if len(inputs) > 2:
-            grads.append(dy.sum(axis=(0, 3)).reshape(m))
-        return grads
+        return [dx, dw, *bias]
 
 
 @dataclass(frozen=True)

@@ -110,9 +110,15 @@ class MaxPool(_Pool):
         y = np.take_along_axis(cols, arg[:, :, None], axis=2)[:, :, 0]
         return y, arg, geo
 
+    #: With :attr:`retain`: the input of the last forward, its argmax and geometry.
+    _kept: tuple[np.ndarray, np.ndarray, Geometry] | None = None
+
     def forward(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         x = inputs[0]
         y, arg, geo = self._argmax(x)
+        self._kept = (x, arg, geo) if self.retain else None
+        if self.read is not None and 1 not in self.read:  # nobody reads Indices
+            return [y.astype(x.dtype, copy=False)]
         return [y.astype(x.dtype, copy=False), self._indices(x.shape, arg, geo)]
 
     def _indices(self, shape: Sequence[int], arg: np.ndarray, geo: Geometry) -> np.ndarray:
@@ -145,7 +151,11 @@ class MaxPool(_Pool):
         outputs: Sequence[np.ndarray],
     ) -> list[np.ndarray | None]:
         x = inputs[0]
-        _, arg, geo = self._argmax(x)
+        kept, self._kept = self._kept, None
+        if kept is not None and kept[0] is x:
+            arg, geo = kept[1], kept[2]
+        else:
+            _, arg, geo = self._argmax(x)
         dy = np.asarray(grad_outputs[0], dtype=x.dtype)
         kernel_size = math.prod(geo.kernel)
         hit = np.arange(kernel_size).reshape((1, 1, -1) + (1,) * len(geo.out)) == arg[:, :, None]
