@@ -15,26 +15,10 @@ import pytest
 from d5core.lv2 import runner
 from d5core.lv2.trainer import Trainer
 from d5core.results import ResultsStore
+from d5core.testing.training import SMALL_DIGITS_RECIPE
 
 #: The digits MLP for two epochs: a second of CPU.
-RECIPE = """
-[fixed]
-model = "mlp"
-model_options = { hidden = [16] }
-dataset = "digits"
-sampler = "shuffle"
-epochs = 2
-loss = "cross_entropy"
-test_every = "epoch"
-target_accuracy = 0.5
-{seed}
-
-[mutable]
-executor = "numpy"
-optimizer = "momentum"
-lr = 0.05
-batch_size = 64
-"""
+RECIPE = SMALL_DIGITS_RECIPE.replace("target_accuracy = 0.5\n", "target_accuracy = 0.5\n{seed}\n")
 
 
 def _recipe(tmp_path: Path, seed: str = "") -> Path:

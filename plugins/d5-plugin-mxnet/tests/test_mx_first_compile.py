@@ -7,11 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 import pytest
-from compile_checks import assert_same, normalized
+from compile_checks import assert_derived_as_imperative, assert_same
 from d5_plugin_mxnet.executor import MXNetExecutor
-from d5_plugin_mxnet.graph.program import build_symbol
 
 from d5core.api import UsageError
 from d5core.testing.executors import build_network, make_feeds, with_loss
@@ -61,14 +59,7 @@ def test_a_first_signatures_symbol_is_the_one_an_imperative_pass_builds(model: s
     derived = ex._derived(arrays, True, heads, {**ex._known})
     assert derived is not None
     known = {**ex._known}
-    env = ex._shape_pass_of(arrays, True, loss, known)
-    shapes = {n: tuple(v.shape) for n, v in env.items()}
-    dtypes = {n: np.dtype(v.dtype) for n, v in env.items()}
-    symbol, fed = build_symbol(ex._steps[True], shapes, dtypes, heads, ex._node_constants, known)
-    assert normalized(derived.symbol) == normalized(symbol)
-    assert set(fed) == set(derived.fed)
-    assert all(fed[n] is derived.fed[n] for n in fed)  # the same node constants
-    assert {n: derived.shapes[n] for n in shapes} == shapes
+    assert_derived_as_imperative(ex, arrays, loss, heads, derived, known)
 
 
 def test_a_loss_no_node_computes_is_still_named(imperative_passes: list[int]) -> None:

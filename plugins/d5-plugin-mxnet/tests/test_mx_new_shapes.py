@@ -10,9 +10,8 @@ from typing import Any
 import numpy as np
 import onnx
 import pytest
-from compile_checks import assert_same, normalized
+from compile_checks import assert_derived_as_imperative, assert_same
 from d5_plugin_mxnet.executor import MXNetExecutor
-from d5_plugin_mxnet.graph.program import build_symbol
 from onnx import TensorProto, helper
 
 from d5core.api import UsageError
@@ -86,14 +85,7 @@ def test_a_derived_symbol_is_the_one_an_imperative_pass_builds(model: str) -> No
     known = {**ex._known}
     derived = ex._derived(arrays, True, heads, known)
     assert derived is not None
-    env = ex._shape_pass_of(arrays, True, loss, known)
-    shapes = {n: tuple(v.shape) for n, v in env.items()}
-    dtypes = {n: np.dtype(v.dtype) for n, v in env.items()}
-    symbol, fed = build_symbol(ex._steps[True], shapes, dtypes, heads, ex._node_constants, known)
-    assert normalized(derived.symbol) == normalized(symbol)
-    assert set(fed) == set(derived.fed)
-    assert all(fed[n] is derived.fed[n] for n in fed)  # the same node constants
-    assert {n: derived.shapes[n] for n in shapes} == shapes
+    assert_derived_as_imperative(ex, arrays, loss, heads, derived, known)
 
 
 def test_an_lstm_runs_a_new_batch_size_with_its_own_zero_state() -> None:
