@@ -764,7 +764,7 @@ class Trainer:
             started = time.perf_counter()
             result = self.evaluate(step, epoch)
             spent["tests"] += time.perf_counter() - started
-            so_far = {"steps": math.fsum(times), **spent}  # before this pass is recorded
+            recorded = spent["recording"]  # before this pass is recorded
             tests.append(result)
             started = time.perf_counter()
             self._progress()
@@ -782,7 +782,7 @@ class Trainer:
             if target is not None and acc >= target:
                 if reached_at is None:
                     reached_at = time.perf_counter() - t_start
-                    parts.update(so_far)
+                    parts.update(steps=math.fsum(times), tests=spent["tests"], recording=recorded)
                 return "target_accuracy"
             goal = stop.target_perplexity
             if goal is not None and ppl is not None and ppl <= goal:
