@@ -54,7 +54,13 @@ def d5_synchronize(device: str) -> None:
     """Wait until all work queued on ``device`` has finished.
 
     The measurement engine calls this before every clock read when the measured code
-    runs on an accelerator, so that asynchronous launches are not timed as free.
+    runs on an accelerator, or is an operator or executor marked ``asynchronous``
+    (MXNet's and JAX's calls return before their work is done, even on the CPU), so that
+    asynchronous launches are not timed as free. A short call is timed in blocks of many
+    calls between two synchronisations: the hook must wait for every call of the block,
+    not only the last. A framework with no "wait for everything" of its own (JAX) keeps
+    what its calls returned and waits for those; if it runs calls in the order they were
+    made, waiting for the last call's results is enough.
 
     :param device: a device string such as ``"cpu"`` or ``"cuda:0"``. Implementations
         ignore devices they do not own.
@@ -114,6 +120,13 @@ def d5_thread_settings() -> Mapping[str, str] | None:
 
     :return: a mapping from a setting's name (``"torch.get_num_threads()"``) to its
         value as text, or ``None``.
+
+    One of the settings is the framework's thread count, which ``d5 bench`` compares
+    across the backends it runs side by side (and warns when they differ). d5's own
+    plugins are named in ``d5core.measure.fitness.THREAD_COUNT_SETTINGS``; any other
+    plugin reports its count under ``"<plugin>.threads"``, ``<plugin>`` being the name
+    of its ``d5.hooks`` entry point. d5's own plugins size their pools the same way: a
+    positive ``OMP_NUM_THREADS``, else the cores the process may run on.
 
     Not firstresult: every framework's settings are recorded side by side.
 

@@ -111,7 +111,9 @@ class Operator(ABC):
         (``{"timed_layout": "NHWC"}`` for a channels-last convolution) or that it
         composed the operator from several framework calls. JSON-ready values only;
         empty by default. ``d5 bench op`` stores them in the measurement's details
-        (``details``) in every worker process.
+        (``details``) in every worker process. A ``compile_s`` key (seconds) is stored
+        as the run's ``compile_time`` too; d5 times the ``prepare_*`` call and the first
+        call itself (``prepare_time``, ``first_call_time``), never in the samples.
 
         .. versionadded:: plugin API 1.2
         """

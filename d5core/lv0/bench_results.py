@@ -32,13 +32,17 @@ from d5core.measure.nested import NestedSummary, summarize_nested
 from d5core.measure.stats import Summary, summarize
 
 __all__ = [
+    "STARTUP_DETAILS",
+    "STARTUP_METRICS",
     "Gathered",
     "by_process",
     "gather",
     "headline",
     "nested_fields",
     "rate_headline",
+    "startup_fields",
     "store_nested",
+    "store_startup",
     "stored_summary",
     "thread_counts",
     "within_noise",
@@ -109,8 +113,50 @@ def gather(result: JobResult) -> Gathered:
         calibration_runs=sum(r.measurement.calibration_runs for r in runs),
         elapsed_s=sum(r.measurement.elapsed_s for r in runs),
     )
+    measurement.first_call_s = _median_of([r.measurement.first_call_s for r in runs])
+    for key in STARTUP_DETAILS:  # one value per process: their median
+        found = _median_of([getattr(r.measurement, key) for r in runs])
+        measurement.details = {k: v for k, v in measurement.details.items() if k != key}
+        if found is not None:
+            measurement.details[key] = found
     processes = [r.round for r in runs for _ in r.samples]
     return Gathered(measurement, processes, nested)
+
+
+#: The start-up costs a job's details may carry: the preparation's time (``prepare_s``,
+#: from the job) and a compile time the measured code reports (``compile_s``).
+STARTUP_DETAILS = ("prepare_s", "compile_s")
+#: The metric each start-up cost is stored as, in seconds, beside the run's ``time``.
+STARTUP_METRICS = {
+    "prepare_s": "prepare_time",
+    "first_call_s": "first_call_time",
+    "compile_s": "compile_time",
+}
+
+
+def _median_of(values: Sequence[float | None]) -> float | None:
+    known = sorted(v for v in values if v is not None)
+    if not known:
+        return None
+    return (known[(len(known) - 1) // 2] + known[len(known) // 2]) / 2.0
+
+
+def startup_fields(measurement: Measurement) -> dict[str, float | None]:
+    """What preparing the timed callable and its first call cost, in seconds (the median
+    over the worker processes once gathered): ``prepare_s``, ``first_call_s`` and
+    ``compile_s`` (``None`` where not known). None of them is in the samples."""
+    return {key: getattr(measurement, key) for key in STARTUP_METRICS}
+
+
+def store_startup(
+    store: Any, run_id: str, measurement: Measurement, labels: Mapping[str, Any]
+) -> None:
+    """Store :func:`startup_fields` as the run's scalar metrics ``prepare_time``,
+    ``first_call_time`` and ``compile_time`` (seconds), with ``labels`` (those of the
+    ``time`` they belong to); an unknown one is left out."""
+    for key, value in startup_fields(measurement).items():
+        if value is not None:
+            store.add_metric(run_id, STARTUP_METRICS[key], value, labels=labels, unit="s")
 
 
 def rate_headline(

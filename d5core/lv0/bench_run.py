@@ -25,7 +25,7 @@ from d5core.lv0.bench_common import (
     noise_floor,
     raise_failures,
 )
-from d5core.lv0.bench_results import store_nested
+from d5core.lv0.bench_results import store_nested, store_startup
 
 if TYPE_CHECKING:
     from d5core.lv0.bench_results import Gathered
@@ -290,8 +290,8 @@ def _op_results(
 
 
 def _store_op_timing(store: Any, run_id: str, timing: Any, gathered: Gathered) -> None:
-    """Store a timing's samples, and its GFLOP/s, peak fraction and the peak that is of,
-    where counted."""
+    """Store a timing's samples, its start-up costs, and its GFLOP/s, peak fraction and
+    the peak that is of, where counted."""
     labels = {
         "backend": timing.backend,
         "problem": timing.problem.label,
@@ -299,6 +299,7 @@ def _store_op_timing(store: Any, run_id: str, timing: Any, gathered: Gathered) -
         "dtype": timing.dtype,
     }
     store_nested(store, run_id, "time", timing.measurement, gathered, labels, "s")
+    store_startup(store, run_id, timing.measurement, labels)
     rates = timing.gflops_samples()
     if rates:
         store_nested(

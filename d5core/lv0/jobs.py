@@ -85,19 +85,21 @@ def op_job(
     problem: Mapping[str, Any], backend: str, dtype: str, direction: str, seed: int
 ) -> PreparedJob:
     """What :func:`~d5core.lv0.bench_run.bench_operators` times for one backend, problem and
-    direction: the operator built on the seeded inputs, prepared for ``direction``."""
-    from d5core.lv0.runner import backend_by_name, build_operator, prepare
+    direction: the operator built on the seeded inputs, prepared for ``direction``; the
+    preparation's time is ``details["prepare_s"]``."""
+    from d5core.lv0.runner import backend_by_name, build_operator, preparation
     from d5core.lv0.timed_accuracy import job_check
-    from d5core.measure.engine import synchronizer_of
+    from d5core.measure.engine import synchronizer_of, timed_call
 
     made = problem_from_json(problem)
     inputs = made.make_inputs(dtype, seed)
     operator = build_operator(backend_by_name(backend), made, dtype, inputs)
-    fn = prepare(operator, direction, inputs, seed)
+    synchronize = synchronizer_of(operator)
+    fn, prepare_s = timed_call(preparation(operator, direction, inputs, seed), synchronize)
     return PreparedJob(
         fn=fn,
-        synchronize=synchronizer_of(operator),
-        details=operator_details(operator),
+        synchronize=synchronize,
+        details={**operator_details(operator), "prepare_s": prepare_s},
         check=job_check(timed_check(operator, made.op, direction, inputs, seed, fn)),
     )
 

@@ -32,6 +32,7 @@ __all__ = [
     "check_bench_request",
     "check_operator",
     "flops_of",
+    "preparation",
     "prepare",
     "problem_for",
     "timing_of",
@@ -449,6 +450,10 @@ class OperatorTiming:
             "peak_fraction": self.peak_fraction,
             "threads_peak_gflops": self.peak_gflops if self.peak_fraction else None,
             "peak_cores": self.peak_cores if self.peak_fraction else None,
+            # start-up costs, never in the samples (docs/measurement.md)
+            "prepare_s": self.measurement.prepare_s,
+            "first_call_s": self.measurement.first_call_s,
+            "compile_s": self.measurement.compile_s,
         }
 
 
@@ -478,11 +483,20 @@ def timing_of(
 
 def prepare(operator: Operator, direction: str, inputs: Sequence[np.ndarray], seed: int) -> Timed:
     """The callable to time for ``direction``; conversions happen here, untimed."""
+    return preparation(operator, direction, inputs, seed)()
+
+
+def preparation(
+    operator: Operator, direction: str, inputs: Sequence[np.ndarray], seed: int
+) -> Callable[[], Timed]:
+    """What :func:`prepare` calls: the operator's ``prepare_forward`` or
+    ``prepare_backward`` alone (the output gradients are made beforehand), so that the
+    time it takes is the preparation's own (``prepare_s``)."""
     if direction == "forward":
-        return operator.prepare_forward(inputs)
+        return lambda: operator.prepare_forward(inputs)
     if not operator.differentiable:
         raise UsageError(f"operator {operator.op_type or type(operator).__name__} has no backward")
     from d5core.validate.operators import default_grad_outputs
 
     grads = default_grad_outputs(operator.forward(list(inputs)), seed)
-    return operator.prepare_backward(grads, inputs)
+    return lambda: operator.prepare_backward(grads, inputs)

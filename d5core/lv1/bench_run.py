@@ -23,7 +23,7 @@ from d5core.lv0.bench_common import (
     noise_floor,
     raise_failures,
 )
-from d5core.lv0.bench_results import store_nested
+from d5core.lv0.bench_results import store_nested, store_startup
 from d5core.lv1.runner import NetworkTiming
 
 if TYPE_CHECKING:
@@ -186,9 +186,11 @@ def _breakdown(executor: Any, name: str, workload: Any, gathered: Gathered) -> A
 
 
 def _store_net_timing(store: Any, run_id: str, timing: Any, gathered: Gathered) -> None:
-    """Store a step's times and throughput, and its per-node times when broken down."""
+    """Store a step's times, start-up costs and throughput, and its per-node times when
+    broken down."""
     labels = {"executor": timing.executor, "mode": timing.mode, "batch": timing.batch}
     store_nested(store, run_id, "time", timing.measurement, gathered, labels, "s")
+    store_startup(store, run_id, timing.measurement, labels)
     store_nested(
         store, run_id, "throughput", timing.throughput_samples(), gathered, labels, "samples/s",
         rate_of=float(timing.batch),

@@ -19,17 +19,22 @@ __all__ = ["net_job", "step_outputs", "timed_check"]
 def net_job(model: str, executor: str, batch: int | None, mode: str, seed: int) -> PreparedJob:
     """What :func:`~d5core.lv1.bench_run.bench_networks` times for one executor: a step
     of ``model`` in ``mode`` on the seeded feeds, with the check that a few timed steps
-    return what the untimed ``inference`` does (accuracy while timed)."""
+    return what the untimed ``inference`` does (accuracy while timed). The time
+    ``prepare_inference`` or ``prepare_train_step`` took is ``details["prepare_s"]``, beside
+    what the executor's ``details()`` says (a ``compile_s`` of its own, for one)."""
+    from d5core.lv0.jobs import operator_details
     from d5core.lv0.timed_accuracy import job_check
     from d5core.lv1.runner import executor_by_name, network_workload, prepare_step
-    from d5core.measure.engine import synchronizer_of
+    from d5core.measure.engine import synchronizer_of, timed_call
 
     work = network_workload(model, batch=batch, mode=mode, seed=seed)
     instance = executor_by_name(executor, work.network)
-    run = prepare_step(instance, executor, work)
+    synchronize = synchronizer_of(instance)
+    run, prepare_s = timed_call(lambda: prepare_step(instance, executor, work), synchronize)
     return PreparedJob(
         fn=run,
-        synchronize=synchronizer_of(instance),
+        synchronize=synchronize,
+        details={**operator_details(instance), "prepare_s": prepare_s},
         check=job_check(timed_check(instance, work, run)),
     )
 
@@ -54,8 +59,10 @@ def timed_check(
 ) -> Callable[[OutputSample], TimedAccuracy]:
     """The check that the sampled return values of ``run`` hold the graph outputs the
     untimed :meth:`~d5core.levels.networks.GraphExecutor.inference` gives on the same
-    feeds (computed after timing). A training step is checked on its outputs (its
-    gradients are compared by ``d5 validate net``)."""
+    feeds (computed after timing). A training step is checked on its outputs against
+    an untimed :meth:`~d5core.levels.networks.GraphExecutor.inference_and_backprop`,
+    which runs in the same mode (BatchNormalization on the batch's statistics); its
+    gradients are compared by ``d5 validate net``."""
     from d5core.lv0.timed_accuracy import TimedAccuracy, check_sampled
 
     names = [o.name for o in work.network.outputs]
@@ -70,7 +77,10 @@ def timed_check(
                 "unchecked",
                 detail=f"the model has random operators ({', '.join(sorted(random_ops))})",
             )
-        expected = executor.inference(work.feeds)
+        if work.mode == "train-step":
+            expected, _ = executor.inference_and_backprop(work.feeds, work.loss)
+        else:
+            expected = executor.inference(work.feeds)
         present = names
         steps = [step_outputs(s) for s in sampled]
         if work.mode == "train-step":  # a training step returns the outputs it computed

@@ -656,6 +656,10 @@ class NetworkTiming:
             "breakdown_sum": self.per_node.node_sum if self.per_node else None,
             "breakdown_note": self.per_node.note if self.per_node else "",
             "fallback": self.fallback,
+            # start-up costs, never in the samples (docs/measurement.md)
+            "prepare_s": self.measurement.prepare_s,
+            "first_call_s": self.measurement.first_call_s,
+            "compile_s": self.measurement.compile_s,
         }
 
 

@@ -2,7 +2,8 @@
 
 One :func:`measure` call times a callable the way ``docs/measurement.md`` describes:
 
-1. warm-up calls, excluded from the samples and counted;
+1. warm-up calls, excluded from the samples and counted; the first of them is timed on
+   its own (``first_call_s``: a framework's compile on first call);
 2. calibration: a call long against the clock (``single_event_factor`` × resolution plus
    overhead) is timed on its own; a shorter one is timed in blocks grown until the cost
    of reading the clock is at most ``block_overhead_ratio`` of a block;
@@ -21,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from itertools import repeat
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
@@ -42,6 +43,7 @@ __all__ = [
     "measure",
     "synchronizer_for",
     "synchronizer_of",
+    "timed_call",
 ]
 
 #: No interval of the median reaches 95% with fewer samples.
@@ -50,6 +52,7 @@ MIN_SAMPLES = 6
 _MAX_BLOCK = 10**8
 #: Single calls timed to decide between single-event and blocked timing.
 _PROBES = 3
+_T = TypeVar("_T")
 
 
 #: The most calls (warm-up or samples) and seconds one measurement may ask for: beyond
@@ -158,6 +161,21 @@ class Measurement:
     #: What the measured code said about itself (an operator's
     #: :meth:`~d5core.levels.operators.Operator.details`, such as its timed layout).
     details: dict[str, Any] = field(default_factory=dict)
+    #: Seconds of the first warm-up call, synchronised on its own: a framework's
+    #: compile-on-first-call and lazy set-up. Never a sample; ``None`` without warm-up.
+    first_call_s: float | None = None
+
+    @property
+    def prepare_s(self) -> float | None:
+        """Seconds the callable took to prepare (``details["prepare_s"]``, said by the
+        job that built it: :func:`timed_call`); never a sample."""
+        return _seconds(self.details.get("prepare_s"))
+
+    @property
+    def compile_s(self) -> float | None:
+        """Seconds the measured code says it spent compiling (``details["compile_s"]``,
+        from an operator's ``details()``), where it says so."""
+        return _seconds(self.details.get("compile_s"))
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dictionary: raw samples, summary, options and timing method."""
@@ -166,6 +184,28 @@ class Measurement:
         out["options"] = self.options.to_json()
         out["samples"] = list(self.samples)
         return out
+
+
+def _seconds(value: object) -> float | None:
+    return float(value) if isinstance(value, int | float) and math.isfinite(value) else None
+
+
+def timed_call(
+    make: Callable[[], _T],
+    synchronize: Callable[[], None] | None = None,
+    clock: Clock | None = None,
+) -> tuple[_T, float]:
+    """Call ``make()`` once, synchronised before and after, and return what it returned
+    and the seconds it took: how long preparing a callable to time takes (its compile
+    ahead of time), which the job stores as ``details["prepare_s"]``."""
+    read = (clock if clock is not None else default_clock()).read
+    if synchronize is not None:
+        synchronize()
+    t0 = read()
+    made = make()
+    if synchronize is not None:
+        synchronize()
+    return made, (read() - t0) / 1e9
 
 
 def _is_cpu(device: str) -> bool:
@@ -375,7 +415,15 @@ def measure(
         gc.disable()
     try:
         warm_until = start + int(opts.warmup_time_s * 1e9)
-        warm = 0
+        warm, first_ns = 0, None
+        if opts.warmup or opts.warmup_time_s > 0:  # the first call, timed on its own
+            if synchronize is not None:
+                synchronize()
+            t0 = read()
+            fn()
+            if synchronize is not None:
+                synchronize()
+            first_ns, warm = read() - t0, 1
         while warm < opts.warmup or (opts.warmup_time_s > 0 and read() < warm_until):
             fn()
             warm += 1
@@ -472,4 +520,5 @@ def measure(
         synchronize_overhead_ns=sync_ns,
         elapsed_s=(end - start) / 1e9,
         page_faults_per_call=faults / counted if counted and counting_faults else None,
+        first_call_s=None if first_ns is None else first_ns / 1e9,
     )

@@ -78,13 +78,15 @@ _GOVERNOR_OK = "performance"
 #: "The thread count" of a framework: the threads one operator may run on (its intra-op
 #: pool), read from this setting as the framework's plugin reports it through
 #: ``d5_thread_settings``. Keyed by the framework's plugin (the name of its ``d5.hooks``
-#: entry point; :func:`framework_of` finds it for a backend or an executor).
+#: entry point; :func:`framework_of` finds it for a backend or an executor). A plugin
+#: not named here declares its count by reporting the setting ``"<its name>.threads"``.
 THREAD_COUNT_SETTINGS: dict[str, str] = {
     "torch": "torch.get_num_threads()",
     "tensorflow": "tf.config.threading.intra_op_parallelism_threads",
     "onnxruntime": "onnxruntime.SessionOptions.intra_op_num_threads",
     "native": "d5_kernels.omp_threads",
     "mxnet": "mxnet.omp_threads",
+    "jax": "jax.intra_op_parallelism_threads",
 }
 #: The thread count of every other backend (numpy's, and those that compute with numpy):
 #: the threads of numpy's BLAS, which this variable sets; unset, BLAS starts one thread
@@ -563,7 +565,10 @@ def thread_count(
     """The thread count of ``backend``, whose framework plugin is ``framework``
     (:func:`framework_of`), from what each worker process that measured it reported:
     its :func:`thread_settings` after the backend's work, and the cores it could use."""
-    setting = THREAD_COUNT_SETTINGS.get(framework or "", BLAS_THREAD_SETTING)
+    setting = THREAD_COUNT_SETTINGS.get(framework or "")
+    if setting is None:  # a plugin's own, declared by its name (d5_thread_settings)
+        own = f"{framework}.threads"
+        setting = own if any(own in found for found, _ in reports) else BLAS_THREAD_SETTING
     reported = tuple(settings.get(setting) for settings, _ in reports)
     return ThreadCount(
         backend=backend,

@@ -305,6 +305,33 @@ def _measurement_table(title: str, rows: Sequence[MeasurementRecord]) -> Table:
     return table
 
 
+#: The start-up costs ``d5 bench`` stores apart from the samples (seconds), in the order
+#: shown, with the word each is shown as (:data:`d5core.lv0.bench_results.STARTUP_METRICS`).
+_STARTUP_METRICS = {
+    "prepare_time": "prepare",
+    "compile_time": "compile",
+    "first_call_time": "first call",
+}
+
+
+def _startup_lines(metrics: Sequence[Any]) -> list[str]:
+    """One line per measured thing (labels) with its start-up costs:
+    ``backend=jax, ...: prepare 183 ms, first call 12 ms``."""
+    found: dict[str, dict[str, float]] = {}
+    for k in metrics:
+        if k.name in _STARTUP_METRICS:
+            found.setdefault(_labels(k.labels), {})[k.name] = k.value
+    lines = []
+    for labels, costs in found.items():
+        parts = [
+            f"{word} {_with_unit(costs[name], 's')}"
+            for name, word in _STARTUP_METRICS.items()
+            if name in costs
+        ]
+        lines.append(f"{labels}: {', '.join(parts)}" if labels else ", ".join(parts))
+    return lines
+
+
 @results.command("show")
 @click.argument("run")
 @click.option("--samples", is_flag=True, help="With --json, include the raw samples.")
@@ -350,6 +377,12 @@ def show_run(run: str, samples: bool, as_json: bool, db: Path | None) -> None:
         out.print(_measurement_table("measurements", measurements))
     else:
         out.print("no measurements")
+    startup = _startup_lines(metrics)
+    if startup:
+        out.print("compile and first call (not in the samples; median over processes)")
+        for line in startup:
+            out.print("  " + line, markup=False, highlight=False)
+        metrics = [k for k in metrics if k.name not in _STARTUP_METRICS]
     if metrics:
         table = Table(title="metrics", title_justify="left")
         for column in ("name", "labels", "value", "unit", "better"):

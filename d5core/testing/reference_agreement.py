@@ -111,7 +111,14 @@ def compare_with_reference(
     if exact_dtypes:
         assert set(ex_stats) == set(ref_stats)
     for name, value in ref_stats.items():
-        np.testing.assert_allclose(ex_stats[name].numpy(), value, rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(_host(ex_stats[name]), value, rtol=1e-4, atol=1e-5)
+
+
+def _host(value: Any) -> np.ndarray:
+    """A running statistic as numpy: through its ``numpy()`` where it has one (torch,
+    TensorFlow, MXNet's ``StatArray``), else ``np.asarray`` (numpy, JAX)."""
+    to_numpy = getattr(value, "numpy", None)
+    return np.asarray(to_numpy() if callable(to_numpy) else value)
 
 
 def zoo_feeds(net: Network, seed: int = 0) -> dict[str, np.ndarray]:

@@ -29,6 +29,7 @@ from d5core.results.store import ResultsStore
 TORCH = THREAD_COUNT_SETTINGS["torch"]
 TF = THREAD_COUNT_SETTINGS["tensorflow"]
 ORT = THREAD_COUNT_SETTINGS["onnxruntime"]
+JAX = THREAD_COUNT_SETTINGS["jax"]
 
 
 def _count(backend, framework, *settings, cores=4):
@@ -45,6 +46,7 @@ def test_the_thread_count_of_each_framework_is_its_intra_op_setting():
         "onnxruntime": "onnxruntime.SessionOptions.intra_op_num_threads",
         "native": "d5_kernels.omp_threads",
         "mxnet": "mxnet.omp_threads",
+        "jax": "jax.intra_op_parallelism_threads",
     }
     settings = {
         "OMP_NUM_THREADS": "3",
@@ -69,6 +71,27 @@ def test_unset_blas_threads_and_a_zero_pool_mean_one_thread_per_usable_core():
     assert numpy.describe() == "numpy 3 threads (OMP_NUM_THREADS unset: one per usable core)"
     tensorflow = _count("tensorflow", "tensorflow", {TF: "0"}, cores=2)
     assert tensorflow.threads == 2
+
+
+def test_the_thread_count_of_jax_is_the_intra_op_pool_xla_was_given():
+    # d5-plugin-jax reports the intra_op_parallelism_threads of XLA_FLAGS; 0 (not
+    # given) lets XLA choose: one thread per usable core
+    settings = {"OMP_NUM_THREADS": "3", JAX: "1"}
+    assert _count("jax", "jax", settings).threads == 1
+    assert _count("jax", "jax", {JAX: "0"}, cores=2).threads == 2
+    warning = thread_count_warning(
+        [_count("jax", "jax", {JAX: "1"}), _count("torch", "torch", {TORCH: "2"})]
+    )
+    assert warning is not None and "jax 1 thread (jax.intra_op_parallelism_threads)" in warning
+
+
+def test_a_third_party_plugin_declares_its_thread_count_by_its_name():
+    # not in the core's table: the setting "<plugin>.threads" is its count when reported
+    settings = {"OMP_NUM_THREADS": "3", "myfw.threads": "1", "myfw.other_pool": "4"}
+    count = _count("myfw-fast", "myfw", settings)
+    assert count.setting == "myfw.threads" and count.threads == 1
+    # a plugin that does not report it is counted as numpy's BLAS threads
+    assert _count("other", "other", settings).setting == BLAS_THREAD_SETTING
 
 
 def test_a_framework_that_reports_no_pool_has_an_unknown_count():

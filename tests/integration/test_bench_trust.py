@@ -122,6 +122,18 @@ def test_a_training_step_breakdown_keeps_backward_apart_and_says_what_it_lacks(d
     assert "d5: warning: the torch executor breaks down the forward nodes only" in result.stderr
 
 
+def test_a_training_step_with_batch_normalization_passes_its_timed_accuracy_check(db, d5_cli):
+    # the timed step normalises with the batch's statistics: it is checked against an
+    # untimed training pass, not against inference (the running statistics)
+    result = d5_cli(
+        "bench", "net", "vgg", "--executors", "numpy", "--mode", "train-step",
+        "--batch", "2", "--time-budget", "0.1", "--processes", "1", "--json",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    (row,) = read_json(result.stdout)
+    assert row["mode"] == "train-step" and row["median"] > 0
+
+
 # -- item 6 ----------------------------------------------------------------------------
 
 

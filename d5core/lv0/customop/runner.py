@@ -438,9 +438,9 @@ def custom_op_job(
     """In a worker: the cached build of ``source`` for ``backend``, prepared for
     ``direction`` on the seeded inputs, as ``d5 bench op`` times any operator."""
     from d5core.lv0.jobs import operator_details, problem_from_json, timed_check
-    from d5core.lv0.runner import prepare
+    from d5core.lv0.runner import preparation
     from d5core.lv0.timed_accuracy import job_check
-    from d5core.measure.engine import synchronizer_of
+    from d5core.measure.engine import synchronizer_of, timed_call
 
     made = problem_from_json(problem)
     built = build(source, [backend], cache=cache)
@@ -448,9 +448,10 @@ def custom_op_job(
         raise UsageError("; ".join(built.notes) or f"{backend} could not be built")
     inputs = made.make_inputs(dtype, seed)
     operator = built.builds[backend].create(made.attributes)
-    fn = prepare(operator, direction, inputs, seed)
+    synchronize = synchronizer_of(operator)
+    fn, prepare_s = timed_call(preparation(operator, direction, inputs, seed), synchronize)
     check = timed_check(operator, made.op, direction, inputs, seed, fn)
+    details = {**operator_details(operator), "prepare_s": prepare_s}
     return PreparedJob(
-        fn=fn, synchronize=synchronizer_of(operator), details=operator_details(operator),
-        check=job_check(check),
+        fn=fn, synchronize=synchronize, details=details, check=job_check(check),
     )  # fmt: skip
