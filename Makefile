@@ -8,7 +8,7 @@ BIN    := $(VENV)/bin
 TORCH  := torch==2.13.0
 # Plugins that can share one environment (MXNet cannot: it needs numpy 1.23.5).
 SHARED_PLUGINS := d5-plugin-numpy d5-plugin-torch d5-plugin-onnxruntime d5-plugin-mpi \
-                  d5-plugin-tensorflow
+                  d5-plugin-tensorflow d5-plugin-jax
 STAMP  := $(VENV)/.installed
 # The checkers are pinned: a new ruff or mypy release may find new faults in old code.
 RUFF_VERSION := 0.17.6
@@ -71,14 +71,15 @@ demo: dev mxnet ## the main job: frameworks side by side at levels 0-3 and under
 	$(MXNET_BIN)/d5 list-plugins --check
 	$(BIN)/d5 validate op Gemm --backend torch $(DEMO_STORE)
 	$(BIN)/d5 validate op Gemm --backend tensorflow $(DEMO_STORE)
+	$(BIN)/d5 validate op Gemm --backend jax $(DEMO_STORE)
 	$(MXNET_BIN)/d5 validate op Gemm --backend mxnet $(DEMO_STORE)
 	$(MXNET_BIN)/d5 bench op Gemm --backends mxnet --suite cpu-small $(DEMO_STORE)
-	$(BIN)/d5 bench op Gemm --backends numpy,torch,tensorflow --suite cpu-small $(DEMO_STORE)
+	$(BIN)/d5 bench op Gemm --backends numpy,torch,tensorflow,jax --suite cpu-small $(DEMO_STORE)
 	$(MXNET_BIN)/d5 bench net lenet5 --executors mxnet --batch 32 --processes 3 $(DEMO_STORE)
-	$(BIN)/d5 bench net lenet5 --executors numpy,torch,onnxruntime,tensorflow --batch 32 \
+	$(BIN)/d5 bench net lenet5 --executors numpy,torch,onnxruntime,tensorflow,jax --batch 32 \
 	    --processes 3 $(DEMO_STORE)
 	$(BIN)/d5 bench net lenet5 --scenario single-stream --min-duration 1 \
-	    --executors numpy,torch,onnxruntime,tensorflow $(DEMO_STORE)
+	    --executors numpy,torch,onnxruntime,tensorflow,jax $(DEMO_STORE)
 	$(MXNET_BIN)/d5 bench net lenet5 --scenario single-stream --min-duration 1 --executors mxnet \
 	    $(DEMO_STORE)
 	$(BIN)/d5 bench comm --ranks 2 $(DEMO_STORE)
@@ -89,10 +90,12 @@ demo: dev mxnet ## the main job: frameworks side by side at levels 0-3 and under
 	    --repeat 6 $(DEMO_STORE)
 	$(MXNET_BIN)/d5 run recipes/digits-mlp.toml --set executor=mxnet --set optimizer=mx-momentum \
 	    --repeat 6 $(DEMO_STORE)
+	$(BIN)/d5 run recipes/digits-mlp.toml --set executor=jax --set optimizer=jax-momentum \
+	    --repeat 3 $(DEMO_STORE)
 	@echo; echo "== every environment's results, side by side, from $(DEMO_DB) =="
 	$(BIN)/d5 results table --last 2 --kind op --db $(DEMO_DB)
 	$(BIN)/d5 results table --last 2 --kind net --db $(DEMO_DB)
-	$(BIN)/d5 results table --last 24 --kind train --by executor --db $(DEMO_DB)
+	$(BIN)/d5 results table --last 27 --kind train --by executor --db $(DEMO_DB)
 	@echo; echo "== the report of this demo's runs (tag $(DEMO_TAG)) =="
 	$(BIN)/d5 report --tag $(DEMO_TAG) --db $(DEMO_DB) -o $(DEMO_REPORT)
 	@echo; echo "report: $(CURDIR)/$(DEMO_REPORT) (figures as PNG and PDF in $(CURDIR)/results/demo-report_figures/)"

@@ -28,6 +28,7 @@ PINS: dict[str, list[str]] = {
 COMPANIONS: dict[str, list[str]] = {
     "d5-plugin-tensorflow": ["d5-plugin-mpi"],
     "d5-plugin-mxnet": ["d5-plugin-mpi"],
+    "d5-plugin-jax": ["d5-plugin-mpi"],
 }
 #: Tests a plugin's session runs besides the plugin's own: the MXNet session is the one
 #: environment with numpy 1.23, where d5core and the reference backend must work too.
@@ -43,6 +44,7 @@ SHARED = [
     "d5-plugin-onnxruntime",
     "d5-plugin-mpi",
     "d5-plugin-tensorflow",
+    "d5-plugin-jax",
 ]
 
 nox.options.sessions = [

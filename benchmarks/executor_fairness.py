@@ -19,7 +19,16 @@ d5 network), and the two are timed with the same ``perf_counter`` loop:
   traced signature on every call (path ``graph, tf.function call``). The
   ``tensorflow-xla`` executor (XLA) is compared with the same ``tf.function`` compiled
   with ``jit_compile=True`` (paths ``xla`` and ``xla, tf.function call``); a case XLA
-  refuses is listed as not compared.
+  refuses is listed as not compared;
+- **jax**: the ``jax`` executor's prepared callables against the network written as a
+  pure function of a parameter dict with ``jax.numpy`` and ``jax.lax``
+  (``lax.conv_general_dilated``, ``lax.reduce_window``, BatchNormalization by hand), in
+  one ``jax.jit`` with the parameters as arguments (inference with the running
+  statistics; the train step with the batch's, ``jax.value_and_grad`` of the mean
+  cross-entropy, and the updated running statistics returned). The hand network runs in
+  two layouts, each its own comparison: the data's ``NCHW`` with ONNX's kernels (path
+  ``jit, NCHW``) and Flax's ``NHWC`` with ``HWIO`` kernels (path ``jit, NHWC``). JAX
+  dispatches asynchronously: every call of either side ends in ``jax.block_until_ready``.
 
 Networks: the zoo's ``lenet5`` (1x28x28) and ``resnet20`` (3x32x32, BatchNormalization,
 projection shortcuts), 10 classes, seed 0. The zoo initialises BatchNormalization as the
@@ -58,7 +67,7 @@ then as well.
 Targets: ratio <= 1.05 (moonshot <= 1.02).
 
     .venv/bin/python benchmarks/executor_fairness.py [--processes 5] [--rounds 15]
-        [--frameworks torch,tensorflow] [--nets lenet5,resnet20] [--batches 1,32]
+        [--frameworks torch,tensorflow,jax] [--nets lenet5,resnet20] [--batches 1,32]
         [--modes inference,train] [--block-s 0.1] [--allocator steady|system] [--json]
 """
 
@@ -89,7 +98,7 @@ from d5core.measure.stats import median_ci, median_ci_coverage
 from d5core.onnx.network import Network
 from d5core.plugins import get_plugin_manager
 
-FRAMEWORKS = ("torch", "tensorflow")
+FRAMEWORKS = ("torch", "tensorflow", "jax")
 #: Network name to its input shape (channels first, as the zoo builds it).
 NETS: dict[str, tuple[int, int, int]] = {"lenet5": (1, 28, 28), "resnet20": (3, 32, 32)}
 MODES = ("inference", "train")
@@ -185,6 +194,33 @@ def _lenet_flat(shape: tuple[int, int, int]) -> tuple[int, int, int]:
     """Channels, height and width of lenet5's last pooled map (what gemm0 reads)."""
     _, h, w = shape
     return 16, (h // 2 - 4) // 2, (w // 2 - 4) // 2
+
+
+def _hwio(a: np.ndarray) -> np.ndarray:
+    """A convolution kernel from ONNX's ``(out, in, kh, kw)`` to ``(kh, kw, in, out)``."""
+    return a.transpose(2, 3, 1, 0)
+
+
+def _oihw(a: np.ndarray) -> np.ndarray:
+    """A ``(kh, kw, in, out)`` convolution kernel (or its gradient) back to ONNX's layout."""
+    return a.transpose(3, 2, 0, 1)
+
+
+def _hwc_rows(
+    net: str,
+) -> tuple[Callable[[np.ndarray], np.ndarray], Callable[[np.ndarray], np.ndarray]]:
+    """For lenet5's gemm0, which reads the flattened last pooled map: ONNX's ``(out, C*H*W)``
+    weight to a channels-last ``(H*W*C, out)`` kernel, and back. ONNX flattens ``(C, H,
+    W)``, a channels-last network ``(H, W, C)``: the kernel's input rows are reordered."""
+    fc, fh, fw = _lenet_flat(NETS[net])
+
+    def to_kernel(a: np.ndarray) -> np.ndarray:
+        return a.reshape(-1, fc, fh, fw).transpose(2, 3, 1, 0).reshape(fh * fw * fc, -1)
+
+    def to_weight(a: np.ndarray) -> np.ndarray:
+        return a.reshape(fh, fw, fc, -1).transpose(3, 2, 0, 1).reshape(-1, fc * fh * fw)
+
+    return to_kernel, to_weight
 
 
 def _compare(
@@ -408,22 +444,8 @@ def keras_model(net: str) -> tuple[Any, list[Binding]]:
                 cin = cout
         y = dense(kl.GlobalAveragePooling2D()(y), CLASSES)
     model = keras.Model(inputs, y, name=f"keras_{net}")
-
-    def conv_kernel(a: np.ndarray) -> np.ndarray:
-        return a.transpose(2, 3, 1, 0)
-
-    def conv_weight(a: np.ndarray) -> np.ndarray:
-        return a.transpose(3, 2, 0, 1)
-
-    fc, fh, fw = _lenet_flat(NETS[net])
-
-    def flat_kernel(a: np.ndarray) -> np.ndarray:
-        # ONNX flattens (C, H, W), Keras (H, W, C): reorder gemm0's input rows.
-        return a.reshape(-1, fc, fh, fw).transpose(2, 3, 1, 0).reshape(fh * fw * fc, -1)
-
-    def flat_weight(a: np.ndarray) -> np.ndarray:
-        return a.reshape(fh, fw, fc, -1).transpose(3, 2, 0, 1).reshape(-1, fc * fh * fw)
-
+    flat_kernel, flat_weight = _hwc_rows(net)
+    conv_kernel, conv_weight = _hwio, _oihw
     bindings: list[Binding] = []
     for name, (kind, layer) in layers.by_name.items():
         if kind == "conv":
@@ -554,6 +576,201 @@ def tf_executor(network: Network, xla: bool) -> Any:
         return None
 
 
+# -- jax ------------------------------------------------------------------------------
+
+#: The hand-written JAX network's layouts, each its own comparison: the data's own
+#: (``NCHW``, ONNX's ``OIHW`` kernels) and Flax's (``NHWC``, ``HWIO`` kernels).
+JAX_LAYOUTS = ("NCHW", "NHWC")
+
+
+def _jax() -> Any:
+    """JAX as d5 imports it (its settings applied first), so both sides run under them."""
+    from d5_plugin_jax import _jax as configured
+
+    return configured.jax()
+
+
+def jax_model(
+    net: str, layout: str, names: Sequence[str]
+) -> tuple[Callable[..., Any], list[Binding]]:
+    """The network as a pure ``jax.numpy``/``jax.lax`` function of a parameter dict, and
+    where each d5 parameter (``names``, the network's) goes: the dict's key is its name.
+
+    ``forward(params, x, train)`` returns the logits and, in training mode, the updated
+    running statistics of every BatchNormalization (which normalises with the batch's
+    statistics then, as ONNX's training mode does). In ``NCHW`` every parameter keeps
+    ONNX's layout (dense layers compute ``x @ w.T``); in ``NHWC`` kernels are ``HWIO``,
+    dense kernels ``(in, out)`` and lenet5's gemm0 rows follow the channels-last flatten.
+    The forward takes the parameters of each kind in the zoo's order (``conv{k}``,
+    ``batchnormalization{k}``, ``gemm{k}``), counted afresh on every trace.
+    """
+    jax = _jax()
+    jnp, lax, relu = jax.numpy, jax.lax, jax.nn.relu
+    last = layout == "NHWC"
+    spatial = (1, 2) if last else (2, 3)
+    numbers = ("NHWC", "HWIO", "NHWC") if last else ("NCHW", "OIHW", "NCHW")
+    window = (1, 2, 2, 1) if last else (1, 1, 2, 2)
+
+    def per_channel(v: Any) -> Any:
+        return v if last else v[:, None, None]
+
+    def forward(params: dict[str, Any], x: Any, train: bool) -> tuple[Any, dict[str, Any]]:
+        count: dict[str, int] = {}
+        stats: dict[str, Any] = {}
+
+        def take(kind: str) -> str:
+            k = count.get(kind, 0)
+            count[kind] = k + 1
+            return f"{kind}{k}"
+
+        def conv(x: Any, stride: int = 1, pad: int = 0) -> Any:
+            n = take("conv")
+            y = lax.conv_general_dilated(x, params[f"{n}.weight"], (stride, stride),
+                                         ((pad, pad), (pad, pad)),
+                                         dimension_numbers=numbers)  # fmt: skip
+            bias = params.get(f"{n}.bias")
+            return y if bias is None else y + per_channel(bias)
+
+        def bn(x: Any) -> Any:
+            n = take("batchnormalization")
+            if train:
+                axes = (0, *spatial)
+                mean = jnp.mean(x, axis=axes)
+                var = jnp.mean(jnp.square(x - per_channel(mean)), axis=axes)
+                stats[f"{n}.mean"] = 0.9 * params[f"{n}.mean"] + 0.1 * mean
+                stats[f"{n}.var"] = 0.9 * params[f"{n}.var"] + 0.1 * var
+            else:
+                mean, var = params[f"{n}.mean"], params[f"{n}.var"]
+            scale = params[f"{n}.scale"] * lax.rsqrt(var + 1e-5)
+            return x * per_channel(scale) + per_channel(params[f"{n}.bias"] - mean * scale)
+
+        def dense(x: Any) -> Any:
+            n = take("gemm")
+            w = params[f"{n}.weight"]
+            return (x @ w if last else x @ w.T) + params[f"{n}.bias"]
+
+        def pool(x: Any) -> Any:
+            return lax.reduce_window(x, -jnp.inf, lax.max, window, window, "VALID")
+
+        if net == "lenet5":
+            y = pool(relu(conv(x, pad=2)))
+            y = pool(relu(conv(y)))
+            y = relu(dense(y.reshape(y.shape[0], -1)))
+            return dense(relu(dense(y))), stats
+        y = relu(bn(conv(x, pad=1)))
+        cin = 16
+        for stage, cout in enumerate((16, 32, 64)):
+            for block in range(3):
+                stride = 2 if stage > 0 and block == 0 else 1
+                z = relu(bn(conv(y, stride, 1)))
+                z = bn(conv(z, 1, 1))
+                shortcut = bn(conv(y, stride)) if stride != 1 or cin != cout else y
+                y = relu(z + shortcut)
+                cin = cout
+        return dense(jnp.mean(y, axis=spatial)), stats
+
+    def converters(layer: str, kind: str) -> tuple[Callable[[np.ndarray], np.ndarray], ...]:
+        if not last or kind != "weight":
+            return (np.asarray, np.asarray)
+        if layer.startswith("conv"):
+            return (_hwio, _oihw)
+        if net == "lenet5" and layer == "gemm0":
+            return _hwc_rows(net)
+        return (np.transpose, np.transpose)
+
+    bindings = []
+    for name in names:
+        layer, kind = name.rsplit(".", 1)
+        to_hand, to_d5 = converters(layer, kind)
+        bindings.append(Binding(name, name, to_hand, to_d5, kind not in ("mean", "var")))
+    return forward, bindings
+
+
+def jax_sides(net: str, batch: int, mode: str, executor_name: str = "jax") -> list[Comparison]:
+    """d5's ``jax`` executor against the network written in ``jax.numpy``/``jax.lax``
+    and jitted, in each of :data:`JAX_LAYOUTS` (one comparison each). JAX dispatches
+    asynchronously: every call of either side waits for its results
+    (``jax.block_until_ready``), as d5's timing does through its synchronize hook.
+    ``executor_name`` is another executor to hold the hand network against (the tests
+    use ``numpy``, the reference)."""
+    network, loss, feeds = _case(net, batch, mode)
+    executor: Any = executor_by_name(executor_name, network)
+    ready = _jax().block_until_ready
+    if mode == "inference":
+        d5_fn = executor.prepare_inference(feeds)
+        d5_values = dict(executor.inference(feeds))
+    else:
+        d5_fn = executor.prepare_train_step(feeds, loss)
+        outputs, grads = executor.inference_and_backprop(feeds, loss)
+        d5_values = {**outputs, **grads}
+    d5_side = Side(f"d5 {executor_name}", lambda: ready(d5_fn()))
+    comparisons = []
+    for layout in JAX_LAYOUTS:
+        hand, hand_check, gradients = jax_hand(net, layout, mode, loss, feeds, network)
+        diffs = _compare(d5_values, hand_check(), gradients)
+        label = f"jax.numpy/lax {layout}, jax.jit"
+        comparisons.append(Comparison(f"jit, {layout}", d5_side, Side(label, hand), diffs))
+    return comparisons
+
+
+def jax_hand(
+    net: str, layout: str, mode: str, loss: str, feeds: Mapping[str, np.ndarray],
+    network: Network,
+) -> tuple[Fn, Check, frozenset[str]]:  # fmt: skip
+    """The hand-written side of one case in ``layout``: the timed callable (one jitted
+    call, the parameters passed as arguments, as JAX's users pass them, waited for), what
+    it computes in d5's names and layouts, and the names of the gradients among that."""
+    jax = _jax()
+    jnp = jax.numpy
+    params = network.parameters
+    forward, bindings = jax_model(net, layout, list(params))
+    trained = [b for b in bindings if b.trainable]
+    weights = {b.target: jnp.asarray(b.to_hand(params[b.name])) for b in trained}
+    stats = {b.target: jnp.asarray(params[b.name]) for b in bindings if not b.trainable}
+    image = feeds["input"].transpose(0, 2, 3, 1) if layout == "NHWC" else feeds["input"]
+    x = jnp.asarray(np.ascontiguousarray(image))
+    if mode == "inference":
+        infer = jax.jit(lambda w, s, x: forward({**w, **s}, x, False)[0])
+
+        def hand() -> Any:
+            return jax.block_until_ready(infer(weights, stats, x))
+
+        def check() -> dict[str, np.ndarray]:
+            return {"output": np.asarray(hand())}
+
+        return hand, check, frozenset()
+    y = jnp.asarray(feeds["labels"].astype(np.int32))
+    step = jax.jit(_jax_train_step(jax, forward))
+
+    def hand_step() -> Any:
+        return jax.block_until_ready(step(weights, stats, x, y))
+
+    def check_step() -> dict[str, np.ndarray]:
+        value, grads, _ = hand_step()
+        out = {b.name: b.to_d5(np.asarray(grads[b.target])) for b in trained}
+        return {loss: np.asarray(value), **out}
+
+    return hand_step, check_step, frozenset(b.name for b in trained)
+
+
+def _jax_train_step(jax: Any, forward: Callable[..., Any]) -> Callable[..., Any]:
+    """One training step of ``forward``: the mean cross-entropy of the logits against
+    integer labels, the gradient of every trainable parameter (``jax.value_and_grad``)
+    and the updated running statistics; no optimizer update (as d5's train step)."""
+    jnp = jax.numpy
+
+    def step(weights: Any, stats: Any, x: Any, y: Any) -> tuple[Any, Any, Any]:
+        def loss_of(w: Any) -> tuple[Any, Any]:
+            logits, new_stats = forward({**w, **stats}, x, True)
+            logp = jax.nn.log_softmax(logits)
+            return -jnp.mean(jnp.take_along_axis(logp, y[:, None], axis=1)), new_stats
+
+        (value, new_stats), grads = jax.value_and_grad(loss_of, has_aux=True)(weights)
+        return value, grads, new_stats
+
+    return step
+
+
 # -- measurement ----------------------------------------------------------------------
 
 
@@ -632,6 +849,12 @@ def threads(framework: str) -> str:
         import torch
 
         return f"torch {torch.__version__}, {torch.get_num_threads()} threads"
+    if framework == "jax":
+        from d5_plugin_jax import _jax
+
+        found = _jax.settings() or {}
+        intra = found.get("intra_op_parallelism_threads") or "XLA's default"
+        return f"jax {_jax.jax().__version__}, XLA intra-op {intra} threads"
     from d5_plugin_tensorflow import _tf
 
     tf = _tf.tensorflow()
@@ -646,7 +869,7 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
     """One process's measurement of every case of one framework."""
     policy = allocator()  # before the framework allocates anything
     framework = args.frameworks[0]
-    build = {"torch": torch_sides, "tensorflow": tensorflow_sides}[framework]
+    build = {"torch": torch_sides, "tensorflow": tensorflow_sides, "jax": jax_sides}[framework]
     rng = random.Random(args.seed)
     before = os.getloadavg()[0]
     rows = []
@@ -782,7 +1005,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="fresh worker processes per framework")  # fmt: skip
     parser.add_argument("--rounds", type=int, default=15, help="rounds per process")
     parser.add_argument("--frameworks", type=_names(FRAMEWORKS), default=list(FRAMEWORKS),
-                        help="comma-separated: torch, tensorflow (default both)")  # fmt: skip
+                        help="comma-separated: torch, tensorflow, jax (default all)")  # fmt: skip
     parser.add_argument("--nets", type=_names(tuple(NETS)), default=list(NETS),
                         help="comma-separated: lenet5, resnet20 (default both)")  # fmt: skip
     parser.add_argument("--batches", type=_batches, default=[1, 32],

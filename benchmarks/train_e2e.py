@@ -28,7 +28,7 @@ Equal work is checked on every run: the same number of steps and the same final 
 accuracy (within one test example) as the hand loop.
 
     .venv/bin/python benchmarks/train_e2e.py [--recipes digits-mlp,synthetic-cnn]
-        [--frameworks torch,tensorflow,mxnet,numpy] [--rounds 5] [--max-wait 600] [--json]
+        [--frameworks torch,tensorflow,mxnet,jax,numpy] [--rounds 5] [--max-wait 600] [--json]
 
 MXNet runs from ``.venv-mxnet`` (``make mxnet``); a framework whose environment is
 missing is reported as not run, with the reason.
@@ -62,6 +62,7 @@ FRAMEWORKS: dict[str, tuple[str, str | None]] = {
     "torch": ("shared", "torch-momentum"),
     "tensorflow": ("shared", "tf-momentum"),
     "mxnet": ("mxnet", "mx-momentum"),
+    "jax": ("shared", "jax-momentum"),
     "numpy": ("shared", None),
 }
 #: The targets of the d5 sides' ratios to the hand loop.
@@ -126,7 +127,8 @@ def missing(framework: str, venvs: Mapping[str, Path]) -> str | None:
     python = env / "bin" / "python"
     if not python.exists():
         return f"{env} has no bin/python (make {'mxnet' if framework == 'mxnet' else 'dev'})"
-    module = {"torch": "torch", "tensorflow": "tensorflow", "mxnet": "mxnet", "numpy": "numpy"}
+    module = {"torch": "torch", "tensorflow": "tensorflow", "mxnet": "mxnet", "numpy": "numpy",
+              "jax": "jax"}  # fmt: skip
     done = subprocess.run([str(python), "-c", f"import {module[framework]}"],
                           capture_output=True, text=True, timeout=300)  # fmt: skip
     if done.returncode != 0:

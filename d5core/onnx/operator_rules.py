@@ -31,11 +31,13 @@ from d5core.onnx.checks import (
     flatten_target,
     gemm_output_shape,
     integer_values,
+    normalize_axes,
     reshape_target,
     squeeze_axes,
     transpose_perm,
     unsqueeze_axes,
 )
+from d5core.onnx.recurrent import RecurrentAttributes
 from d5core.onnx.signatures import onnx_signature
 from d5core.onnx.slotted_operator import SlottedOperator
 from d5core.onnx.windows import (
@@ -58,14 +60,21 @@ __all__ = [
     "ConvolutionRules",
     "DropoutRules",
     "FlattenRules",
+    "GeluRules",
     "GemmRules",
     "GlobalAveragePoolRules",
+    "LayerNormalizationRules",
     "LogSoftmaxRules",
     "LossRules",
     "MatMulRules",
     "MaxPoolRules",
     "MeanSquaredErrorRules",
     "PoolRules",
+    "RecurrentRules",
+    "ReduceMaxRules",
+    "ReduceMeanRules",
+    "ReduceRules",
+    "ReduceSumRules",
     "ReshapeRules",
     "SoftmaxCrossEntropyLossRules",
     "SoftmaxRules",
@@ -275,6 +284,89 @@ class LogSoftmaxRules(AlongAxisRules):
     slots, attribute_defaults = onnx_signature("LogSoftmax")
 
 
+class GeluRules(SlottedOperator):
+    """``Gelu`` (opset 20): :attr:`approximate` is ``"none"`` (exact, with the error
+    function) or ``"tanh"``."""
+
+    op_type = "Gelu"
+    slots, attribute_defaults = onnx_signature("Gelu")
+
+    def configure(self) -> None:
+        approximate = str(self.attr("approximate"))
+        if approximate not in ("none", "tanh"):
+            raise self.fail(f"approximate must be 'none' or 'tanh', got {approximate!r}")
+        self.approximate = approximate
+
+
+# -- reductions -----------------------------------------------------------------------
+
+
+class ReduceRules(SlottedOperator):
+    """A reduction over ``axes``: an attribute (ReduceMean and ReduceMax before opset
+    18) or an optional input (ReduceSum since 13, every reduction since 18), not both.
+    Without axes every axis is reduced, or none with ``noop_with_empty_axes``;
+    ``keepdims`` keeps the reduced axes with size 1. A backend's subclass names the
+    operator."""
+
+    #: Whether reducing an axis of size 0 is refused (a maximum of nothing).
+    empty_refused: ClassVar[bool] = False
+
+    def configure(self) -> None:
+        self.keepdims = bool(int(self.attr("keepdims")))
+        self.noop = bool(int(self.attr("noop_with_empty_axes")))
+        given = self.ints("axes") if "axes" in self.attribute_defaults else None
+        self.axes_attribute = given
+
+    def _dims(self, sig: Any) -> Shape | None:
+        """The reduced axes, non-negative (empty when nothing is reduced); ``None``
+        while the values of the axes input are unknown."""
+        data = sig.shapes[0]
+        assert data is not None
+        given: list[int] | None = self.axes_attribute
+        array = sig.arrays[1] if len(sig.arrays) > 1 else None
+        if array is not None:
+            self.require_rank(sig, 1, (1,), what="(the axes to reduce)")
+            if given is not None:
+                raise self.fail("axes given both as an attribute and as an input; give one")
+            if not sig.values_known:
+                return None
+            given = integer_values(self.op_type, sig.slots[1].name, array)
+        if not given:
+            return () if self.noop else tuple(range(len(data)))
+        return tuple(normalize_axes(self.op_type, given, len(data)))
+
+    def check(self, sig: Any) -> None:
+        dims = self._dims(sig)
+        data = _first(sig)
+        if dims and type(self).empty_refused and any(data[d] == 0 for d in dims):
+            raise self.fail(
+                f"cannot reduce data {self.format_shape(data)} along an empty axis of {dims}"
+            )
+
+
+class ReduceMeanRules(ReduceRules):
+    """``ReduceMean``."""
+
+    op_type = "ReduceMean"
+    slots, attribute_defaults = onnx_signature("ReduceMean")
+
+
+class ReduceSumRules(ReduceRules):
+    """``ReduceSum``."""
+
+    op_type = "ReduceSum"
+    slots, attribute_defaults = onnx_signature("ReduceSum")
+
+
+class ReduceMaxRules(ReduceRules):
+    """``ReduceMax``: the maximum of nothing is undefined, so an empty reduced axis is
+    refused."""
+
+    op_type = "ReduceMax"
+    slots, attribute_defaults = onnx_signature("ReduceMax")
+    empty_refused = True
+
+
 # -- matrix products ------------------------------------------------------------------
 
 
@@ -473,6 +565,43 @@ class BatchNormalizationRules(SlottedOperator):
         check_per_channel(self.op_type, x, inputs)
 
 
+class LayerNormalizationRules(SlottedOperator):
+    """``LayerNormalization`` (opset 17): over the axes from ``axis`` on; ``Scale`` and
+    ``B`` are of the normalized shape or broadcast to it."""
+
+    op_type = "LayerNormalization"
+    slots, attribute_defaults = onnx_signature("LayerNormalization")
+
+    def configure(self) -> None:
+        self.epsilon = float(self.attr("epsilon"))
+        self.axis = int(self.attr("axis"))
+        self.stash_type = int(self.attr("stash_type"))
+
+    def _normalized(self, sig: Any) -> Shape:
+        """The normalized axes, non-negative, after checking Scale and B."""
+        x = self.require_rank(sig, 0, at_least=1)
+        (axis,) = normalize_axes(self.op_type, [self.axis], len(x), "axis")
+        normalized = x[axis:]
+        for i in (1, 2):
+            shape = _optional(sig, i)
+            if shape is None:
+                continue
+            try:
+                fits = np.broadcast_shapes(normalized, shape) == normalized
+            except ValueError:
+                fits = False
+            if not fits:
+                raise self.fail(
+                    f"input {sig.slots[i].name} of shape {self.format_shape(shape)} does not "
+                    f"broadcast to the normalized shape {self.format_shape(normalized)} "
+                    f"of X {self.format_shape(x)} (axis={self.axis})"
+                )
+        return tuple(range(axis, len(x)))
+
+    def check(self, sig: Any) -> None:
+        self._normalized(sig)
+
+
 class DropoutRules(SlottedOperator):
     """``Dropout`` (opset 13): ``ratio`` and ``training_mode`` are optional inputs, the
     attributes of the same names their defaults."""
@@ -497,6 +626,28 @@ class DropoutRules(SlottedOperator):
             check_scalar_input(self.op_type, slot.name, shape)
         if sig.values_known:
             self._mode(sig)
+
+
+# -- recurrent layers -------------------------------------------------------------------
+
+
+class RecurrentRules(SlottedOperator):
+    """``LSTM`` and ``GRU``: the backend's ``configure`` sets :attr:`config` (a
+    :class:`~d5core.onnx.recurrent.RecurrentAttributes` or a subclass of it); ``check``
+    checks the input shapes against it and the known ``sequence_lens`` against the
+    number of steps."""
+
+    config: RecurrentAttributes
+
+    def check(self, sig: Any) -> None:
+        self.config.check_shapes(sig.shapes, self.op_type)
+        lens = sig.value("sequence_lens")
+        if sig.values_known and lens is not None:
+            x = _first(sig)
+            steps = x[0] if self.config.layout == 0 else x[1]
+            values = [int(v) for v in lens.reshape(-1)]
+            if any(v < 0 or v > steps for v in values):
+                raise self.fail(f"sequence_lens must lie in [0, {steps}], not {values}")
 
 
 # -- losses -----------------------------------------------------------------------------

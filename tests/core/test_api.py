@@ -107,8 +107,29 @@ def test_importing_the_api_and_taking_hookimpl_imports_no_numpy_or_onnx():
 
 #: The names of the ONNX helper library at its pinned version: a name added bumps
 #: ONNX_HELPERS_VERSION's minor number (d5core/onnx/CHANGELOG.md says which).
-ONNX_PINNED_VERSION = "1.0"
+ONNX_PINNED_VERSION = "1.1"
 ONNX_SURFACE = {
+    # 1.1 (issue 31): the rules the torch and jax backends shared by copy
+    "CastRules",
+    "ConstantOfShapeRules",
+    "ExpandRules",
+    "GatherElementsRules",
+    "GatherRules",
+    "GeluRules",
+    "LayerNormalizationRules",
+    "ONNX_ELEMENT_TYPES",
+    "RecurrentRules",
+    "ReduceMaxRules",
+    "ReduceMeanRules",
+    "ReduceRules",
+    "ReduceSumRules",
+    "ShapeRules",
+    "SliceRules",
+    "SplitRules",
+    "TriluRules",
+    "WhereRules",
+    "cast_target",
+    "slice_bounds",
     "AUTO_PADS",
     "ActivationDefaults",
     "AlongAxisRules",

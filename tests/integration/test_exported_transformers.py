@@ -22,7 +22,7 @@ from d5core.cli.output import read_json
 from d5core.lv1.runner import executor_by_name, make_feeds
 from d5core.onnx.network import Network
 
-EXECUTORS = ("numpy", "torch", "onnxruntime", "tensorflow")
+EXECUTORS = ("numpy", "torch", "onnxruntime", "tensorflow", "jax")
 MODELS = ("bert", "gpt2")
 VOCAB, SEQ, BATCH = 200, 16, 2
 

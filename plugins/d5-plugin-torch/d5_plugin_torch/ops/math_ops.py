@@ -12,7 +12,14 @@ import torch.nn.functional as F
 
 from d5_plugin_torch.ops._base import Kernel, Signature, TorchOperator
 from d5_plugin_torch.ops.elementwise import _Binary, _Broadcasting
-from d5core.onnx import integer_values, normalize_axes, onnx_signature
+from d5core.onnx import (
+    GeluRules,
+    ReduceMaxRules,
+    ReduceMeanRules,
+    ReduceRules,
+    ReduceSumRules,
+    onnx_signature,
+)
 
 __all__ = [
     "Equal",
@@ -111,67 +118,20 @@ class Log(_Unary):
     function = torch.log
 
 
-class Gelu(TorchOperator):
+class Gelu(GeluRules, TorchOperator):
     """ONNX ``Gelu`` (opset 20): ``F.gelu``, exact (``approximate="none"``, with the
     error function) or with the tanh approximation (``"tanh"``)."""
-
-    op_type = "Gelu"
-    slots, attribute_defaults = onnx_signature("Gelu")
-
-    def configure(self) -> None:
-        approximate = str(self.attr("approximate"))
-        if approximate not in ("none", "tanh"):
-            raise self.fail(f"approximate must be 'none' or 'tanh', got {approximate!r}")
-        self.approximate = approximate
 
     def build(self, sig: Signature, *, for_grad: bool) -> Kernel:
         gelu, approximate = F.gelu, self.approximate
         return lambda x: (gelu(x, approximate=approximate),)
 
 
-class _Reduce(TorchOperator):
-    """A reduction over ``axes``: an attribute (ReduceMean and ReduceMax before opset
-    18) or an optional input (ReduceSum since 13, every reduction since 18), not both.
-    Without axes every axis is reduced, or none with ``noop_with_empty_axes``;
-    ``keepdims`` keeps the reduced axes with size 1."""
+class _Reduce(ReduceRules, TorchOperator):
+    """A reduction over ``axes`` (read by :class:`~d5core.onnx.ReduceRules`), by
+    :attr:`function` with the dims and ``keepdim``."""
 
     function: ClassVar[Callable[..., torch.Tensor]]
-
-    def configure(self) -> None:
-        self.keepdims = bool(int(self.attr("keepdims")))
-        self.noop = bool(int(self.attr("noop_with_empty_axes")))
-        given = self.ints("axes") if "axes" in self.attribute_defaults else None
-        self.axes_attribute = given
-
-    def _dims(self, sig: Signature) -> tuple[int, ...] | None:
-        """The reduced axes, non-negative; ``None`` when there is nothing to reduce or
-        the values of the axes input are not known yet."""
-        data = sig.shapes[0]
-        assert data is not None
-        given: list[int] | None = self.axes_attribute
-        array = sig.arrays[1] if len(sig.arrays) > 1 else None
-        if array is not None:
-            self.require_rank(sig, 1, (1,), what="(the axes to reduce)")
-            if given is not None:
-                raise self.fail("axes given both as an attribute and as an input; give one")
-            if not sig.values_known:
-                return None
-            given = integer_values(self.op_type, sig.slots[1].name, array)
-        if not given:
-            return () if self.noop else tuple(range(len(data)))
-        return tuple(normalize_axes(self.op_type, given, len(data)))
-
-    def check(self, sig: Signature) -> None:
-        dims = self._dims(sig)
-        data = sig.shapes[0]
-        assert data is not None
-        if dims and type(self).empty_refused and any(data[d] == 0 for d in dims):
-            raise self.fail(
-                f"cannot reduce data {self.format_shape(data)} along an empty axis of {dims}"
-            )
-
-    #: Whether reducing an axis of size 0 is refused (a maximum of nothing).
-    empty_refused: ClassVar[bool] = False
 
     def build(self, sig: Signature, *, for_grad: bool) -> Kernel:
         dims = self._dims(sig)
@@ -183,27 +143,20 @@ class _Reduce(TorchOperator):
         return lambda x, *_: (function(x, dims, keepdim=keepdim),)
 
 
-class ReduceMean(_Reduce):
+class ReduceMean(ReduceMeanRules, _Reduce):
     """ONNX ``ReduceMean``: ``torch.mean``."""
 
-    op_type = "ReduceMean"
-    slots, attribute_defaults = onnx_signature("ReduceMean")
     function = torch.mean
 
 
-class ReduceSum(_Reduce):
+class ReduceSum(ReduceSumRules, _Reduce):
     """ONNX ``ReduceSum``: ``torch.sum``."""
 
-    op_type = "ReduceSum"
-    slots, attribute_defaults = onnx_signature("ReduceSum")
     function = torch.sum
 
 
-class ReduceMax(_Reduce):
+class ReduceMax(ReduceMaxRules, _Reduce):
     """ONNX ``ReduceMax``: ``torch.amax``, whose gradient is shared evenly among the
     entries that tie for a maximum."""
 
-    op_type = "ReduceMax"
-    slots, attribute_defaults = onnx_signature("ReduceMax")
     function = torch.amax
-    empty_refused = True

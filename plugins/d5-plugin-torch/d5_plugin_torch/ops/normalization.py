@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor as T
@@ -15,8 +14,7 @@ from d5_plugin_torch.ops._base import Kernel, Signature, TorchOperator
 from d5core.onnx import (
     BatchNormalizationRules,
     DropoutRules,
-    normalize_axes,
-    onnx_signature,
+    LayerNormalizationRules,
     reference_mask,
 )
 
@@ -78,7 +76,7 @@ class BatchNormalization(BatchNormalizationRules, TorchOperator):
         return infer
 
 
-class LayerNormalization(TorchOperator):
+class LayerNormalization(LayerNormalizationRules, TorchOperator):
     """ONNX ``LayerNormalization`` (opset 17): ``X`` normalized over the axes from
     ``axis`` on, times ``Scale``, plus ``B``; also the ``Mean`` and ``InvStdDev`` of
     each normalized slice (shape ``X[:axis]`` then ones), all in the type of ``X``
@@ -91,38 +89,6 @@ class LayerNormalization(TorchOperator):
     says. ``Scale`` and ``B`` may be of the normalized shape or broadcast to it; a
     broadcast one is applied after the normalization.
     """
-
-    op_type = "LayerNormalization"
-    slots, attribute_defaults = onnx_signature("LayerNormalization")
-
-    def configure(self) -> None:
-        self.epsilon = float(self.attr("epsilon"))
-        self.axis = int(self.attr("axis"))
-        self.stash_type = int(self.attr("stash_type"))
-
-    def _normalized(self, sig: Signature) -> tuple[int, ...]:
-        """The normalized axes, non-negative, after checking Scale and B."""
-        x = self.require_rank(sig, 0, at_least=1)
-        (axis,) = normalize_axes(self.op_type, [self.axis], len(x), "axis")
-        normalized = x[axis:]
-        for i in (1, 2):
-            shape = sig.shapes[i] if i < len(sig.shapes) else None
-            if shape is None:
-                continue
-            try:
-                fits = np.broadcast_shapes(normalized, shape) == normalized
-            except ValueError:
-                fits = False
-            if not fits:
-                raise self.fail(
-                    f"input {sig.slots[i].name} of shape {self.format_shape(shape)} does not "
-                    f"broadcast to the normalized shape {self.format_shape(normalized)} "
-                    f"of X {self.format_shape(x)} (axis={self.axis})"
-                )
-        return tuple(range(axis, len(x)))
-
-    def check(self, sig: Signature) -> None:
-        self._normalized(sig)
 
     def build(self, sig: Signature, *, for_grad: bool) -> Kernel:
         dims = self._normalized(sig)

@@ -56,6 +56,7 @@ from d5core.onnx import (
     RECURRENT_GATES,
     RecurrentActivationSpec,
     RecurrentAttributes,
+    RecurrentRules,
     onnx_signature,
     recurrent_attributes,
 )
@@ -400,20 +401,11 @@ def gru(
 # -- the level-0 operators --------------------------------------------------------------
 
 
-class _Recurrent(TorchOperator):
+class _Recurrent(RecurrentRules, TorchOperator):
+    config: _Config
+
     def configure(self) -> None:
         self.config = _config(self.op_type, self.attributes)
-
-    def check(self, sig: Signature) -> None:
-        self.config.check_shapes(sig.shapes, self.config.op_type)
-        lens = sig.value("sequence_lens")
-        if sig.values_known and lens is not None:
-            x = sig.shapes[0]
-            assert x is not None
-            steps = x[0] if self.config.layout == 0 else x[1]
-            values = [int(v) for v in lens.reshape(-1)]
-            if any(v < 0 or v > steps for v in values):
-                raise self.fail(f"sequence_lens must lie in [0, {steps}], not {values}")
 
     def build(self, sig: Signature, *, for_grad: bool) -> Kernel:
         cfg = self.config
