@@ -47,19 +47,6 @@ def test_native_path_loss_curve_equals_the_numpy_reference_optimizers(name: str,
         np.testing.assert_allclose(value, expected[name_], rtol=1e-10, atol=1e-12)
 
 
-def test_jax_momentum_on_jax_ends_where_torch_momentum_on_torch_ends() -> None:
-    pytest.importorskip("d5_plugin_torch")
-    jax_run = _trainer("jax-momentum", 0.1, native=True)
-    torch_run = _trainer("torch-momentum", 0.1, native=True, executor="torch")
-    got, want = jax_run.run(), torch_run.run()
-    assert got.optimizer_path == want.optimizer_path == "native"
-    np.testing.assert_allclose(got.losses, want.losses, rtol=1e-10, atol=1e-12)
-    expected = torch_run.executor.get_parameters()
-    for name, value in jax_run.executor.get_parameters().items():
-        assert value.dtype == np.float64
-        np.testing.assert_allclose(value, expected[name], rtol=1e-9, atol=1e-12)
-
-
 def test_the_native_path_replaces_the_executors_own_arrays() -> None:
     trainer = _trainer("jax-sgd", 0.1, native=None, steps=2)
     before = trainer.executor.get_parameters()
