@@ -20,6 +20,7 @@ backend or executor ran with.
 from __future__ import annotations
 
 import dataclasses
+import statistics
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -135,10 +136,9 @@ STARTUP_METRICS = {
 
 
 def _median_of(values: Sequence[float | None]) -> float | None:
-    known = sorted(v for v in values if v is not None)
-    if not known:
-        return None
-    return (known[(len(known) - 1) // 2] + known[len(known) // 2]) / 2.0
+    """The median of the values known (``None`` where none is)."""
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if known else None
 
 
 def startup_fields(measurement: Measurement) -> dict[str, float | None]:

@@ -103,6 +103,9 @@ class JaxExecutor(GraphExecutor, JaxNativeTraining):
         if device.partition(":")[0] != "cpu":
             raise UsageError(f"the jax executor runs on the CPU only, not {device!r}; use 'cpu'")
         self._graph = graph = graph_view(self.network)
+        #: each graph input's name and declared dtype, read once (feeds are checked
+        #: against them every step)
+        self._declared = [(v.name, v.dtype) for v in self.network.inputs if v.dtype]
         self.check_supported()
         self._wide = self._needs_x64()
         static_names = static_input_names(graph)
@@ -284,13 +287,12 @@ class JaxExecutor(GraphExecutor, JaxNativeTraining):
 
     def _to_arrays(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
         self._graph.check_feeds(feeds)
-        for value_info in self.network.inputs:
-            given = feeds[value_info.name]
-            dtype = getattr(given, "dtype", None)
-            if value_info.dtype and dtype is not None and np.dtype(dtype) != value_info.dtype:
+        for name, declared in self._declared:
+            dtype = getattr(feeds[name], "dtype", None)
+            if dtype is not None and np.dtype(dtype) != declared:
                 raise UsageError(
-                    f"input {value_info.name!r} is {np.dtype(dtype).name}; the network "
-                    f"declares {np.dtype(value_info.dtype).name}: cast the feed"
+                    f"input {name!r} is {np.dtype(dtype).name}; the network "
+                    f"declares {np.dtype(declared).name}: cast the feed"
                 )
         with self._scope():
             return {
