@@ -205,7 +205,7 @@ def test_checked_in_baseline_matches_the_installed_framework_versions() -> None:
             continue  # checked by its plugin's own session, in its environment
         assert entry.get("versions") == _installed(executor), executor
         checked.add(executor)
-    assert checked == {"onnxruntime", "numpy", "torch", "tensorflow"}
+    assert checked == {"onnxruntime", "numpy", "torch", "tensorflow", "jax"}
 
 
 def test_baseline_from_other_versions_is_named_in_a_warning(d5_cli, tmp_path) -> None:
