@@ -50,27 +50,13 @@ from d5_plugin_jax.training import JaxNativeTraining
 from d5core.api import GraphExecutor, UsageError
 from d5core.onnx import graph_view
 
-__all__ = ["JaxExecutor", "StatArray"]
+__all__ = ["JaxExecutor"]
 
 _jax = jax()
 jnp = _jax.numpy
 
 #: A function of the parameters and the dynamic feeds, as ``jax.jit`` compiles it.
 StepFn = Callable[[Mapping[str, Any], Mapping[str, Any]], Any]
-
-
-class StatArray:
-    """A running statistic: the JAX array (:attr:`array`) and its numpy value
-    (:meth:`numpy`), as d5's executor test kits read running statistics."""
-
-    __slots__ = ("array",)
-
-    def __init__(self, array: Any) -> None:
-        self.array = array
-
-    def numpy(self) -> np.ndarray:
-        """The value as a numpy array (waits for it)."""
-        return np.asarray(self.array)
 
 
 def _first_line(exc: BaseException) -> str:
@@ -140,7 +126,7 @@ class JaxExecutor(GraphExecutor, JaxNativeTraining):
             if n not in self._statics and np.issubdtype(graph.parameters[n].dtype, np.floating)
         ]
         #: Running statistics of the last training pass, by parameter name.
-        self.running_stats: dict[str, StatArray] = {}
+        self.running_stats: dict[str, Any] = {}
         #: Seconds spent compiling ahead of time, by what was compiled
         #: (``"inference"``, ``"train_step"``), the last of each.
         self.compile_seconds: dict[str, float] = {}
@@ -306,7 +292,7 @@ class JaxExecutor(GraphExecutor, JaxNativeTraining):
 
     def _keep_stats(self, stats: Mapping[str, Any]) -> None:
         for name, value in stats.items():
-            self.running_stats[name] = StatArray(value)
+            self.running_stats[name] = value
 
     def run_inference(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
         """One inference pass on ``feeds`` (numpy or JAX arrays); JAX arrays by name."""

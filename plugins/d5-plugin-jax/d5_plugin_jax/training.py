@@ -261,4 +261,4 @@ class JaxNativeTraining:
     def apply_running_stats(self) -> None:
         """Write the running statistics of the last training pass into :attr:`params`."""
         for name, value in self.running_stats.items():
-            self.params[name] = getattr(value, "array", value)
+            self.params[name] = value
