@@ -8,7 +8,7 @@ BIN    := $(VENV)/bin
 TORCH  := torch==2.13.0
 # Plugins that can share one environment (MXNet cannot: it needs numpy 1.23.5).
 SHARED_PLUGINS := d5-plugin-numpy d5-plugin-torch d5-plugin-onnxruntime d5-plugin-mpi \
-                  d5-plugin-tensorflow d5-plugin-jax
+                  d5-plugin-tensorflow d5-plugin-jax d5-plugin-torchdist
 STAMP  := $(VENV)/.installed
 # The checkers are pinned: a new ruff or mypy release may find new faults in old code.
 RUFF_VERSION := 0.17.6

@@ -20,6 +20,7 @@ PLUGINS = sorted(p.parent.name for p in (ROOT / "plugins").glob("*/pyproject.tom
 #: own dependencies (so that pip never picks a multi-gigabyte build).
 PINS: dict[str, list[str]] = {
     "d5-plugin-torch": [TORCH],
+    "d5-plugin-torchdist": [TORCH],
     # MXNet 1.9.1 fails inside its own import beside numpy 1.24 or later.
     "d5-plugin-mxnet": ["mxnet==1.9.1", "numpy==1.23.5"],
 }
@@ -29,6 +30,8 @@ COMPANIONS: dict[str, list[str]] = {
     "d5-plugin-tensorflow": ["d5-plugin-mpi"],
     "d5-plugin-mxnet": ["d5-plugin-mpi"],
     "d5-plugin-jax": ["d5-plugin-mpi"],
+    # the gloo engine's ranks run d5-plugin-mpi's schemes; its tests start mpiexec too
+    "d5-plugin-torchdist": ["d5-plugin-mpi"],
 }
 #: Tests a plugin's session runs besides the plugin's own: the MXNet session is the one
 #: environment with numpy 1.23, where d5core and the reference backend must work too.
@@ -45,6 +48,7 @@ SHARED = [
     "d5-plugin-mpi",
     "d5-plugin-tensorflow",
     "d5-plugin-jax",
+    "d5-plugin-torchdist",
 ]
 
 nox.options.sessions = [
@@ -152,7 +156,7 @@ def example(session: nox.Session) -> None:
 @nox.session
 def integration(session: nox.Session) -> None:
     """Every shareable plugin together, broken fixture plugins, the d5 command end to end."""
-    pins = [pin for name in SHARED for pin in PINS.get(name, [])]
+    pins = list(dict.fromkeys(pin for name in SHARED for pin in PINS.get(name, [])))
     # the numpy glue's headers: the custom-operator tests build C++ operators end to end
     plugins = [f"plugins/{name}[customop]" if name == "d5-plugin-numpy" else f"plugins/{name}"
                for name in SHARED]  # fmt: skip

@@ -96,7 +96,9 @@ Level 3: distributed training
 - ``Communicator``: the interface of a ``d5.communication`` entry; ``CommRequest``: a
   non-blocking call in flight.
 - ``DistributedOptimizer``: a distribution scheme (a ``d5.optimizers`` entry wrapping a
-  local optimizer); ``Compressor``: compresses what a scheme sends.
+  local optimizer); ``Compressor``: compresses what a scheme sends; ``CommCost``: the
+  predicted communication of one step, which ``DistributedOptimizer.communication_cost``
+  returns (``d5 model comm``).
 - ``RankLauncher``: what a communication plugin's ``d5_rank_launcher`` hook returns.
 - ``ANY_SOURCE``, ``ANY_TAG``: wildcards of :meth:`Communicator.recv`;
   ``REDUCE_OPS``: the reductions every communicator supports.
@@ -145,6 +147,7 @@ if TYPE_CHECKING:
         ANY_SOURCE,
         ANY_TAG,
         REDUCE_OPS,
+        CommCost,
         CommRequest,
         Communicator,
         Compressor,
@@ -230,6 +233,7 @@ _HOMES: dict[str, tuple[str, ...]] = {
         "ANY_SOURCE",
         "ANY_TAG",
         "REDUCE_OPS",
+        "CommCost",
         "CommRequest",
         "Communicator",
         "Compressor",
@@ -267,6 +271,7 @@ __all__ = [
     "TRAIN_STEP",
     "VALIDATION",
     "CheckFailed",
+    "CommCost",
     "CommRequest",
     "Communicator",
     "Compressor",

@@ -26,24 +26,27 @@ from d5core.hookspecs import hookimpl
 
 d5_plugin_api = f"=={PLUGIN_API_VERSION}"
 
-#: Environment variables by which launchers that start any program tell a process its
-#: rank and size. Communication plugins recognise their own launchers.
-_LAUNCHER_VARS: tuple[tuple[str, str, str], ...] = (("slurm", "SLURM_PROCID", "SLURM_NTASKS"),)
+#: Slurm's variables that exist only inside a job step (a task ``srun`` started): a batch
+#: script has ``SLURM_PROCID`` and ``SLURM_NTASKS`` too, but it is one process, not a rank.
+_SLURM_STEP_VARS: tuple[str, ...] = ("SLURM_STEP_ID", "SLURM_STEPID", "SLURM_STEP_NUM_TASKS")
 
 
 @hookimpl
 def d5_detect_launcher(environ: Mapping[str, str]) -> Mapping[str, int | str] | None:
-    for launcher, rank_var, size_var in _LAUNCHER_VARS:
-        if rank_var in environ and size_var in environ:
-            try:
-                return {
-                    "launcher": launcher,
-                    "rank": int(environ[rank_var]),
-                    "size": int(environ[size_var]),
-                }
-            except ValueError:
-                continue
-    return None
+    """Slurm's ``srun`` starts any program: a task's rank is ``SLURM_PROCID`` and its step's
+    size ``SLURM_STEP_NUM_TASKS`` (else ``SLURM_NTASKS``). Communication plugins recognise
+    their own launchers (and ``srun`` with their library's process manager) first."""
+    if not any(name in environ for name in _SLURM_STEP_VARS):
+        return None  # not a task of a job step (a batch script, or no Slurm at all)
+    size_var = "SLURM_STEP_NUM_TASKS" if "SLURM_STEP_NUM_TASKS" in environ else "SLURM_NTASKS"
+    try:
+        return {
+            "launcher": "slurm",
+            "rank": int(environ["SLURM_PROCID"]),
+            "size": int(environ[size_var]),
+        }
+    except (KeyError, ValueError):
+        return None
 
 
 @hookimpl

@@ -20,6 +20,10 @@ The table was read from the history of ``d5core/api.py`` and ``d5core/_version.p
   A name imported from :mod:`d5core.onnx` needs :data:`ONNX_LIBRARY_ADDED_IN`, the
   plugin API of the release that ships the library.
 - 1.8 added ``preloads``, for dataset factories.
+- 1.9 added ``CommCost``, what the optional class method
+  ``DistributedOptimizer.communication_cost`` returns (``d5 model comm``); the
+  ``d5_rank_launcher`` hook gets the argument ``communicator`` (the communicator the
+  ranks will use, or None).
 
 Add a row here whenever a name joins ``d5core.api`` (with the minor bump of
 ``PLUGIN_API_VERSION`` it needs).
@@ -154,6 +158,8 @@ NAMES_ADDED_IN: dict[str, str] = {
     "ReportRun": "1.6",
     # 1.8: what a dataset factory imports, done before a run's clock (issue 30)
     "preloads": "1.8",
+    # 1.9: the per-step communication cost a distribution scheme predicts (issue 32)
+    "CommCost": "1.9",
 }
 
 _VERSION_ADDED = re.compile(r"\.\. versionadded:: (\d+\.\d+)")

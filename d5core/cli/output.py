@@ -45,6 +45,7 @@ SCHEMA_VERSIONS: dict[str, int] = {
     "calibrate": 1,
     "conformance": 1,
     "list-plugins": 1,
+    "model comm": 1,
     "op build": 1,
     "report": 1,
     "results compare": 1,

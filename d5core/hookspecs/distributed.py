@@ -37,12 +37,20 @@ __all__ = [
 
 @propagates
 @hookspec(firstresult=True)
-def d5_rank_launcher() -> RankLauncher | None:
+def d5_rank_launcher(communicator: str | None) -> RankLauncher | None:
     """Offer the launcher that starts ``d5 run --ranks N`` on N ranks.
 
-    Called once by the parent of a run on several ranks, while it checks the options
-    and before anything is stored; the launcher it returns starts every rank. The ranks
-    themselves never call it.
+    Called once by the parent of a run on several ranks (and of ``d5 bench comm``),
+    while it checks the options and before anything is stored; the launcher it returns
+    starts every rank. The ranks themselves never call it.
+
+    :param communicator: the ``d5.communication`` entry the ranks are to use
+        (``d5 run --communicator NAME``, ``d5 bench comm --communicator NAME``), or
+        ``None`` when the user named none. A plugin returns a launcher only for a
+        communicator its launcher starts, and for ``None`` only when its launcher
+        should be the default (d5-plugin-mpi's ``mpiexec`` is); otherwise it returns
+        ``None`` so that another plugin can answer. d5 refuses a launcher whose
+        ``communicator`` is not the one asked for.
 
     The launcher is any object with the attributes of
     :class:`~d5core.lv3.launch.RankLauncher`:
@@ -64,6 +72,8 @@ def d5_rank_launcher() -> RankLauncher | None:
     firstresult: stops at the first non-``None`` result.
 
     .. versionadded:: 1.1
+    .. versionchanged:: 1.9
+       The ``communicator`` argument.
     """
 
 

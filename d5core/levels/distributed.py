@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
 import numpy as np
@@ -22,6 +23,7 @@ __all__ = [
     "ANY_SOURCE",
     "ANY_TAG",
     "REDUCE_OPS",
+    "CommCost",
     "CommRequest",
     "Communicator",
     "CompletedRequest",
@@ -246,12 +248,14 @@ class Communicator(ABC):
 
         ``d5 bench comm`` times it beside d5's call to show what d5 adds. Optional: the
         default returns ``None`` (no baseline; only d5's call is timed). ``name`` is one
-        of ``"allreduce"``, ``"broadcast"`` and ``"allgather"``; the callable takes a
-        C-contiguous buffer and does what d5's call does with it, without d5's counting:
-        ``allreduce`` sums it over the ranks in place (as :meth:`allreduce_inplace`),
-        ``broadcast`` fills it with rank 0's buffer in place, ``allgather`` gathers every
-        rank's buffer (of equal size) into a new array. ``None`` for a collective the
-        library has no direct call for.
+        of ``"allreduce"``, ``"broadcast"``, ``"allgather"`` and ``"pingpong"``; the
+        callable takes a C-contiguous buffer and does what d5's call does with it, without
+        d5's counting: ``allreduce`` sums it over the ranks in place (as
+        :meth:`allreduce_inplace`), ``broadcast`` fills it with rank 0's buffer in place,
+        ``allgather`` gathers every rank's buffer (of equal size) into a new array,
+        ``pingpong`` is one round trip between ranks 0 and 1 in place (rank 0 sends the
+        buffer and receives it back into it; other ranks return at once). ``None`` for a
+        collective the library has no direct call for.
         """
         return None
 
@@ -348,6 +352,68 @@ class Compressor(ABC):
     @abstractmethod
     def payload_nbytes(self, size: int, itemsize: int) -> list[int]:
         """The byte size of each payload array for a gradient of ``size`` elements."""
+
+
+@dataclass(frozen=True)
+class CommCost:
+    """The predicted communication of one step of a scheme, by a latency-bandwidth model.
+
+    A message of ``m`` bytes costs ``L + G*m`` seconds (``L``: latency, ``G``: seconds per
+    byte, both fitted to a ping-pong by ``d5 bench comm --collective pingpong``). The
+    cost of a step is the sum along its critical path: :attr:`messages` latencies and
+    :attr:`critical_bytes` bytes. Schemes that communicate every ``k`` steps give the
+    per-step average, so counts may be fractional.
+    """
+
+    #: Latency terms on the critical path per step (messages sent one after another).
+    messages: float
+    #: Bytes moved one after another on the critical path per step (what ``G`` multiplies).
+    critical_bytes: float
+    #: Bytes the busiest rank sends per step as the communicator counts them (the
+    #: convention of :func:`collective_bytes`; what ``expected_bytes`` gives per step).
+    bytes_sent: float
+    #: ``messages * L``, seconds.
+    latency_seconds: float
+    #: ``critical_bytes * G``, seconds.
+    bandwidth_seconds: float
+    #: The algorithm the model assumes, such as ``"ring"`` or ``"recursive doubling"``.
+    algorithm: str
+    #: The model in one short line, such as ``"2L log2 P + 2 B G (P-1)/P"``.
+    formula: str
+
+    @property
+    def seconds(self) -> float:
+        """Predicted seconds of communication per step."""
+        return self.latency_seconds + self.bandwidth_seconds
+
+    @property
+    def bound(self) -> str:
+        """``"bandwidth"`` when the bytes cost more than the latencies, else ``"latency"``."""
+        return "bandwidth" if self.bandwidth_seconds > self.latency_seconds else "latency"
+
+    @classmethod
+    def of(
+        cls,
+        *,
+        messages: float,
+        critical_bytes: float,
+        bytes_sent: float,
+        latency_s: float,
+        seconds_per_byte: float,
+        algorithm: str,
+        formula: str,
+    ) -> CommCost:
+        """The cost of ``messages`` latencies and ``critical_bytes`` bytes at ``L`` =
+        ``latency_s`` and ``G`` = ``seconds_per_byte``."""
+        return cls(
+            messages=float(messages),
+            critical_bytes=float(critical_bytes),
+            bytes_sent=float(bytes_sent),
+            latency_seconds=float(messages) * float(latency_s),
+            bandwidth_seconds=float(critical_bytes) * float(seconds_per_byte),
+            algorithm=algorithm,
+            formula=formula,
+        )
 
 
 class DistributedOptimizer(Optimizer):
@@ -466,6 +532,34 @@ class DistributedOptimizer(Optimizer):
         :meth:`~Communicator.counters` count them, for parameters of ``param_sizes``
         elements each, of ``itemsize`` bytes (default: that of the last step's
         parameters, else 4)."""
+
+    @classmethod
+    def communication_cost(
+        cls,
+        *,
+        ranks: int,
+        params: int | Mapping[str, int],
+        itemsize: int,
+        latency_s: float,
+        seconds_per_byte: float,
+        options: Mapping[str, Any],
+    ) -> CommCost | None:
+        """Predict the communication of one step of this scheme (``d5 model comm``).
+
+        Optional; the default returns ``None`` (the scheme has no model).
+
+        :param ranks: the number of ranks ``P`` (1 or more).
+        :param params: the number of parameters, or the element count of each parameter
+            by name (compressors and per-parameter calls depend on the split).
+        :param itemsize: bytes per parameter element.
+        :param latency_s: ``L``, seconds per message.
+        :param seconds_per_byte: ``G``, seconds per byte.
+        :param options: the scheme's options as ``--scheme-option`` gives them
+            (``compression`` included).
+        :return: the cost of one step (averaged over a period for periodic schemes).
+        :raises UsageError: one line, for an option the scheme does not take.
+        """
+        return None
 
 
 class RankLauncher(Protocol):

@@ -148,8 +148,8 @@ def _echo_summary(runs: Sequence[TrainedRun]) -> None:
 
 def _check_communicator_variable() -> None:
     """Refuse a ``D5_DISTRIBUTED_COMMUNICATOR`` that names no installed communicator:
-    set by the user, it would be ignored by a one-process run and overridden by the
-    launcher's, so the run would not be what was asked for."""
+    set by the user, it chooses the communicator (and with it the launcher) of a run on
+    several ranks, so a bad name would make the run something other than was asked for."""
     import os
 
     from d5core.lv3.launch import COMMUNICATOR_ENV
@@ -236,6 +236,13 @@ def _rank_argv(
     help="An option of the scheme (repeatable).",
 )
 @click.option(
+    "--communicator",
+    default=None,
+    metavar="NAME",
+    help="With --ranks: the d5.communication entry the ranks use, started by the launcher "
+    "its plugin offers (default: mpi's mpiexec; gloo: torchrun).",
+)
+@click.option(
     "--rank-timeout",
     type=_FiniteFloatRange(min=1.0),
     default=30.0,
@@ -265,6 +272,7 @@ def run(
     ranks: int | None,
     scheme: str | None,
     scheme_options: tuple[str, ...],
+    communicator: str | None,
     rank_timeout: float,
     global_batch: bool,
     metrics: tuple[str, ...],
@@ -277,8 +285,9 @@ def run(
     Exits 0 when every threshold holds (in every run), 1 when one fails, 2 for bad input
     (checked before anything is stored), 130 when interrupted. The run is stored while it
     trains, so a killed run keeps what it measured. With --ranks N (N > 1) the run is
-    data-parallel over N MPI ranks. Every run stored carries the --tag names. A recipe
-    with kind = "inference" runs a network under MLPerf LoadGen (docs/inference.md).
+    data-parallel over N ranks (MPI unless --communicator names another). Every run
+    stored carries the --tag names. A recipe with kind = "inference" runs a network under
+    MLPerf LoadGen (docs/inference.md).
     """
     from d5core.loadgen.recipe import is_inference_recipe
 
@@ -287,6 +296,7 @@ def run(
         from d5core.loadgen.scenario_cmd import run_inference_command
 
         refused = {"--ranks": ranks is not None, "--scheme": scheme is not None,
+                   "--communicator": communicator is not None,
                    "--scheme-option": bool(scheme_options), "--global-batch": global_batch,
                    "--metric": bool(metrics)}  # fmt: skip
         run_inference_command(recipe, sets=sets, seed=seed, repeat=repeat, as_json=as_json,
@@ -301,9 +311,16 @@ def run(
     from d5core.lv3.launch import (
         DEFAULT_SCHEME,
         RankContext,
+        check_communicator_name,
+        communicator_chosen,
         parse_scheme_options,
         scheme_class,
     )
+
+    if communicator is not None:
+        if ranks is None or ranks < 2:
+            raise UsageError("--communicator needs --ranks N with N > 1")
+        check_communicator_name(communicator)
 
     dist_args: dict[str, Any] = {
         "scheme": scheme or DEFAULT_SCHEME,
@@ -316,6 +333,8 @@ def run(
             raise UsageError(f"--ranks {ranks} but the launcher started {ctx.size} ranks")
         if repeat > 1:
             raise UsageError("--repeat cannot be combined with several ranks")
+        if communicator is not None:
+            ctx.communicator_name = communicator
         run_rank(ctx, recipe, sets, seed, dist_args, db=db,
                  on_run=lambda one: _report([one], as_json), metrics=metrics,
                  tags=tags)  # fmt: skip
@@ -326,8 +345,9 @@ def run(
         scheme_class(dist_args["scheme"])
         argv = _rank_argv(recipe, sets, ranks, dist_args, scheme_options, rank_timeout, as_json,
                           metrics, tags)  # fmt: skip
-        launch_ranks(recipe, sets, seed, ranks, dist_args, rank_timeout=rank_timeout, db=db,
-                     rank_argv=argv, metrics=metrics, tags=tags)  # fmt: skip
+        with communicator_chosen(communicator):
+            launch_ranks(recipe, sets, seed, ranks, dist_args, rank_timeout=rank_timeout, db=db,
+                         rank_argv=argv, metrics=metrics, tags=tags)  # fmt: skip
         return
     if scheme is not None or scheme_options or global_batch:
         raise UsageError("--scheme, --scheme-option and --global-batch need --ranks N with N > 1")

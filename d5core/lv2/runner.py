@@ -386,11 +386,15 @@ def run_recipe(
 # -- several ranks ----------------------------------------------------------------------
 
 
-def distributed_config(prep: Prepared, size: int, dist_args: Mapping[str, Any]) -> dict[str, Any]:
-    """What a data-parallel run stores and shows of its distribution: ranks, scheme and
-    batch sizes. ``dist_args``: ``scheme``, ``scheme_options`` and ``global_batch``."""
+def distributed_config(
+    prep: Prepared, size: int, dist_args: Mapping[str, Any], communicator: str
+) -> dict[str, Any]:
+    """What a data-parallel run stores and shows of its distribution: ranks, the
+    ``d5.communication`` entry they use, scheme and batch sizes. ``dist_args``:
+    ``scheme``, ``scheme_options`` and ``global_batch``."""
     return {
         "ranks": size,
+        "communicator": communicator,
         "scheme": dist_args["scheme"],
         "scheme_options": dist_args["scheme_options"],
         "per_rank_batch_size": prep.batch_size // (size if dist_args["global_batch"] else 1),
@@ -425,7 +429,9 @@ def launch_ranks(
         RunInterrupted,
         StopSignals,
         check_rank_options,
+        chosen_communicator,
         launch,
+        rank_launcher,
     )
     from d5core.results.paths import resolve_db_path
     from d5core.results.store import ResultsStore
@@ -436,6 +442,7 @@ def launch_ranks(
                        **dist_args)  # fmt: skip
     db_path = resolve_db_path(db).absolute()
     argv = rank_argv(prep.seed, db_path)
+    communicator = str(rank_launcher(chosen_communicator()).communicator)
 
     def finish(rid: str | None, status: str, message: str) -> str:
         """Finish ``rid`` as ``status`` unless it already ended; its status now."""
@@ -452,12 +459,14 @@ def launch_ranks(
     with StopSignals() as stop:
         with ResultsStore.open(db_path) as store:
             run_id = begin_run(
-                store, prep, {"distributed": distributed_config(prep, ranks, dist_args)}, None,
+                store, prep,
+                {"distributed": distributed_config(prep, ranks, dist_args, communicator)}, None,
                 tags,
             )  # fmt: skip
         try:
             outcome = launch(ranks, argv, rank_timeout=rank_timeout, run_id=run_id,
-                             on_failure=mark_failed, stop=stop)  # fmt: skip
+                             on_failure=mark_failed, stop=stop,
+                             communicator=communicator)  # fmt: skip
         except BaseException as exc:
             error = " ".join(str(exc).split()) or type(exc).__name__
             mark_failed(run_id, f"the launch failed: {error}")
@@ -510,7 +519,10 @@ def run_rank(
     code, error, run_id = 0, None, None
     try:
         prep = prepare(recipe, list(sets), seed, dist=ctx, metrics=metrics, **dist_args)
-        config = distributed_config(prep, ctx.size, dist_args)
+        used = ctx.communicator()
+        config = distributed_config(
+            prep, ctx.size, dist_args, str(getattr(used, "name", "") or ctx.communicator_name)
+        )
         if ctx.rank == 0:
             run_id = os.environ.get(RUN_ID_ENV) or None
             if run_id is None:

@@ -1,5 +1,7 @@
 """``d5 bench comm``: collective bandwidth against message size, d5 against the raw
-communication library, stored as one run of kind ``comm``.
+communication library, stored as one run of kind ``comm``; or (``--collective
+pingpong``) the one-way time of a message between two ranks, with the fit of
+``t(m) = L + G*m`` (:mod:`d5core.lv3.comm_fit`).
 
 The ranks are started the way ``d5 run --ranks N`` starts them (the communication
 plugin's ``d5_rank_launcher``); each rank runs this same command with the hidden
@@ -25,9 +27,10 @@ from d5core.cli.tag_option import tag_option
 from d5core.errors import UsageError
 
 if TYPE_CHECKING:
+    from d5core.lv3.comm_fit import CommFit
     from d5core.lv3.comm_run import CommRun
 
-__all__ = ["DEFAULT_TIMEOUT_S", "bench_comm"]
+__all__ = ["DEFAULT_TIMEOUT_S", "bench_comm", "fit_lines"]
 
 #: ``--timeout``: the seconds the job on one rank count may run (the default sweep takes
 #: seconds).
@@ -85,14 +88,78 @@ def _table(run_id: str, collective: str, communicator: str, entries: Sequence[An
     return table
 
 
-def _check_collective(collective: str) -> str:
-    from d5core.lv3.comm_sweep import COLLECTIVES
+def _pingpong_table(run_id: str, communicator: str, entries: Sequence[Any]) -> Table:
+    table = Table(
+        title=f"d5 bench comm pingpong ({communicator}), run {run_id}", title_justify="left"
+    )
+    for column in ("ranks", "size", "d5 one-way (µs)", "raw one-way (µs)", "d5 (GB/s)",
+                   "raw (GB/s)", "d5/raw bandwidth"):  # fmt: skip
+        table.add_column(column, justify="right")
+    for e in entries:
+        d5, raw = e["d5"], e["raw"]
+        table.add_row(
+            str(e["ranks"]), _size(e["bytes"]), _us(d5["median_s"]),
+            _us(raw["median_s"] if raw else None), f"{d5['algbw_GBs']:.3f}",
+            f"{raw['algbw_GBs']:.3f}" if raw else "-",
+            "-" if e["ratio"] is None else f"{e['ratio']:.3f}",
+        )  # fmt: skip
+    return table
 
-    if collective not in COLLECTIVES:
-        raise UsageError(
-            f"unknown collective {collective!r}; choose one of {', '.join(COLLECTIVES)}"
+
+def fit_lines(fit: CommFit) -> list[str]:
+    """The fit of ``t(m) = L + G*m`` in words: the line, each size's residual, and, when
+    the line's max ``|residual|`` is above :data:`~d5core.lv3.comm_fit.SEGMENT_THRESHOLD`,
+    the two-segment fit with the sizes each segment covers."""
+    from d5core.lv3.comm_fit import SEGMENT_THRESHOLD, fit_segments
+
+    def line(latency_s: float, per_byte: float) -> str:
+        bandwidth = "unbounded" if per_byte <= 0 else f"= {1 / per_byte / 1e9:.3f} GB/s"
+        return f"L = {latency_s * 1e6:.2f} µs, G = {per_byte * 1e12:.2f} ns/KB (1/G {bandwidth})"
+
+    def residuals(sizes: Sequence[int], values: Sequence[float]) -> str:
+        return ", ".join(f"{_size(s)} {r:+.1%}" for s, r in zip(sizes, values, strict=True))
+
+    lines = [
+        f"fit t(m) = L + G*m over {len(fit.sizes)} sizes (least squares on relative error): "
+        f"{line(fit.latency_s, fit.seconds_per_byte)}; "
+        f"max |residual| {fit.max_abs_residual:.1%}",
+        f"residuals (predicted/measured - 1): {residuals(fit.sizes, fit.residuals)}",
+    ]
+    segments = fit_segments(fit) if fit.max_abs_residual > SEGMENT_THRESHOLD else None
+    if segments is not None:
+        lines.append(
+            f"one line misses by more than {SEGMENT_THRESHOLD:.0%} (a protocol switch?); "
+            "two segments:"
         )
-    return collective
+        for segment in segments:
+            covered = [s for s in fit.sizes if segment.first_bytes <= s <= segment.last_bytes]
+            lines.append(
+                f"  {_size(segment.first_bytes)} to {_size(segment.last_bytes)}: "
+                f"{line(segment.latency_s, segment.seconds_per_byte)}; max |residual| "
+                f"{segment.max_abs_residual:.1%} ({residuals(covered, segment.residuals)})"
+            )
+    return lines
+
+
+def _check_collective(collective: str) -> str:
+    from d5core.lv3.comm_sweep import check_sweep
+
+    return check_sweep(collective)
+
+
+def _rank_counts(ranks: str | None, collective: str) -> list[int]:
+    """The rank counts of ``--ranks`` (default 2,4; the ping-pong's 2, and only one)."""
+    from d5core.lv3.comm_sweep import DEFAULT_RANKS, PINGPONG, parse_ranks
+
+    if collective != PINGPONG:
+        return parse_ranks(ranks) if ranks is not None else list(DEFAULT_RANKS)
+    counts = parse_ranks(ranks) if ranks is not None else [2]
+    if len(counts) > 1:
+        raise UsageError(
+            f"--ranks {ranks}: a ping-pong runs between ranks 0 and 1 of one job; "
+            "give one rank count, such as 2"
+        )
+    return counts
 
 
 def _check_samples(samples: int | None) -> int | None:
@@ -125,13 +192,17 @@ def _check_fits(counts: Sequence[int], sizes: Sequence[int], collective: str) ->
 
 @click.command("comm")
 @click.option("--ranks", default=None, metavar="LIST",
-              help="Comma-separated rank counts (default: 2,4); each at least 2.")  # fmt: skip
+              help="Comma-separated rank counts (default: 2,4; pingpong: one count, 2); each at "
+              "least 2.")  # fmt: skip
 @click.option("--collective", default="allreduce", show_default=True,
-              help="allreduce, broadcast or allgather.")  # fmt: skip
-@click.option("--min-bytes", type=int, default=1 << 10, show_default=True,
-              help="Smallest message (each rank's float32 buffer), in bytes.")  # fmt: skip
-@click.option("--max-bytes", type=int, default=4 << 20, show_default=True,
-              help="Largest message, in bytes; sizes grow 4 times a step up to it.")  # fmt: skip
+              help="allreduce, broadcast, allgather, or pingpong (point to point between "
+              "ranks 0 and 1, with the fit of latency and time per byte).")  # fmt: skip
+@click.option("--min-bytes", type=int, default=None,
+              help="Smallest message (each rank's float32 buffer), in bytes (default: 1024; "
+              "pingpong 8).")  # fmt: skip
+@click.option("--max-bytes", type=int, default=None,
+              help="Largest message, in bytes (default: 4 MiB; pingpong 64 MiB); sizes grow "
+              "4 times a step up to it (pingpong 2 times).")  # fmt: skip
 @click.option("--samples", type=int, default=None,
               help="Samples per size and implementation (default: 100 up to 1 MiB, fewer "
               "above).")  # fmt: skip
@@ -153,8 +224,8 @@ def _check_fits(counts: Sequence[int], sizes: Sequence[int], collective: str) ->
 def bench_comm(
     ranks: str | None,
     collective: str,
-    min_bytes: int,
-    max_bytes: int,
+    min_bytes: int | None,
+    max_bytes: int | None,
     samples: int | None,
     communicator: str | None,
     link_peak: float | None,
@@ -173,9 +244,19 @@ def bench_comm(
     d5's call and the library's alternate. Stores every sample (measurement time) and
     the algorithm and bus bandwidths of the medians (metrics algbw, busbw, GB/s), as
     nccl-tests defines them. Exits 2 for bad input, before any rank starts.
+
+    With --collective pingpong, rank 0 sends each message to rank 1 and back; a sample
+    is half the round trip. The run also stores the fit of t(m) = L + G*m (metrics
+    fit_latency, fit_bandwidth, fit_ns_per_kb, fit_max_residual, fit_residual).
     """
     from d5core.lv3.comm_run import run_comm_sweep, run_launched_rank
-    from d5core.lv3.comm_sweep import DEFAULT_RANKS, SweepSettings, message_sizes, parse_ranks
+    from d5core.lv3.comm_sweep import (
+        PINGPONG,
+        SweepSettings,
+        default_sizes,
+        message_sizes,
+        parse_ranks,
+    )
     from d5core.lv3.launch import RankContext
     from d5core.measure.invocations import check_timeout
 
@@ -187,7 +268,15 @@ def bench_comm(
     if size_list is not None:
         sizes = [int(s) for s in size_list.split(",")]
     else:
-        sizes = message_sizes(min_bytes, max_bytes)
+        low, high, factor = default_sizes(collective)
+        low = low if min_bytes is None else min_bytes
+        high = high if max_bytes is None else max_bytes
+        sizes = message_sizes(low, high, factor)
+    if collective == PINGPONG and len(sizes) < 2:
+        raise UsageError(
+            f"--min-bytes {sizes[0]} --max-bytes {sizes[-1]}: the fit of a ping-pong needs "
+            "at least 2 message sizes; give a smaller --min-bytes or a larger --max-bytes"
+        )
     settings = SweepSettings(collective, tuple(sizes), samples)
     ctx = RankContext.from_environment()
     if ctx is not None:  # one rank, started by d5 or by an outside launcher
@@ -200,7 +289,7 @@ def bench_comm(
         return
     if rank_out is not None:
         raise UsageError("--rank-out is for the ranks d5 starts itself; leave it out")
-    counts = parse_ranks(ranks) if ranks is not None else list(DEFAULT_RANKS)
+    counts = _rank_counts(ranks, collective)
     _check_fits(counts, sizes, collective)
     run = run_comm_sweep(
         counts, settings, communicator=communicator, link_peak=link_peak,
@@ -216,18 +305,29 @@ def _say(line: str) -> None:
 
 
 def _show(run: CommRun, as_json: bool) -> None:
-    """Print a stored sweep: its table, or its JSON."""
-    from d5core.lv3.comm_sweep import DTYPE, SYNCHRONISATION
+    """Print a stored sweep: its table (and a ping-pong's fit), or its JSON."""
+    from d5core.lv3.comm_fit import fit_document
+    from d5core.lv3.comm_sweep import DTYPE, PINGPONG, synchronisation
 
     entries = _merge(run.rows)
+    pingpong = run.collective == PINGPONG
     if as_json:
-        print_json({"run_id": run.run_id, "collective": run.collective,
-                    "communicator": run.communicator, "raw_baseline": run.raw_baseline,
-                    "link_peak_gbps": run.link_peak_gbps, "synchronisation": SYNCHRONISATION,
-                    "rows": entries})  # fmt: skip
+        doc = {"run_id": run.run_id, "collective": run.collective,
+               "communicator": run.communicator, "raw_baseline": run.raw_baseline,
+               "link_peak_gbps": run.link_peak_gbps,
+               "synchronisation": synchronisation(run.collective), "rows": entries}  # fmt: skip
+        if pingpong:
+            doc["fit"] = None if run.fit is None else fit_document(run.fit)
+        print_json(doc)
         return
     out = console()
-    out.print(_table(run.run_id, run.collective, run.communicator, entries))
-    out.print(f"{DTYPE} buffers; {SYNCHRONISATION}")
+    if pingpong:
+        out.print(_pingpong_table(run.run_id, run.communicator, entries))
+    else:
+        out.print(_table(run.run_id, run.collective, run.communicator, entries))
+    out.print(f"{DTYPE} buffers; {synchronisation(run.collective)}")
     if not run.raw_baseline:
         out.print(f"no raw baseline: the {run.communicator!r} communicator offers none")
+    if run.fit is not None:
+        for line in fit_lines(run.fit):
+            out.print(line, markup=False, highlight=False)

@@ -14,9 +14,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from d5core.errors import CheckFailed, UsageError
+
+if TYPE_CHECKING:
+    from d5core.lv3.comm_fit import CommFit
 
 __all__ = ["COMM_KIND", "CommRun", "run_comm_sweep", "run_launched_rank", "store_comm_run"]
 
@@ -36,6 +39,9 @@ class CommRun:
     raw_baseline: bool
     link_peak_gbps: float | None
     rows: list[dict[str, Any]]
+    #: The fit of ``t(m) = L + G*m`` to d5's one-way times of a ping-pong sweep (``None``
+    #: for a collective).
+    fit: CommFit | None = None
 
 
 def store_comm_run(
@@ -50,8 +56,10 @@ def store_comm_run(
     timeout: float | None = None,
 ) -> CommRun:
     """Store ``results`` (rank 0's, one per rank count) in ``store`` as one complete run
-    of kind ``comm`` with the sweep's settings in its config."""
-    from d5core.lv3.comm_sweep import DTYPE, SYNCHRONISATION, store_sweep, sweep_rows
+    of kind ``comm`` with the sweep's settings in its config; a ping-pong's with the fit
+    of ``t(m) = L + G*m`` to d5's one-way times (:func:`~d5core.lv3.comm_fit.store_fit`)."""
+    from d5core.lv3.comm_fit import fit_pingpong, store_fit
+    from d5core.lv3.comm_sweep import DTYPE, PINGPONG, store_sweep, sweep_rows, synchronisation
 
     collective = settings.collective
     raw = all(bool(r["raw"]) for r in results)
@@ -64,13 +72,23 @@ def store_comm_run(
         "timeout_s": timeout,
         "raw_baseline": raw,
         "link_peak_gbps": link_peak,
-        "synchronisation": SYNCHRONISATION,
+        "synchronisation": synchronisation(collective),
         "bytes": "each rank's buffer; allgather's bandwidth counts the gathered result",
     }
+    if collective == PINGPONG:
+        config["bytes"] = "each message's; a sample is half of rank 0's round trip"
     rows = [row for r in results for row in sweep_rows(r, collective)]
+    fit = None
     with store.run(COMM_KIND, f"comm {collective}", config=config, tags=tags) as run_id:
         store_sweep(store, run_id, rows, collective)
-    return CommRun(str(run_id), collective, communicator, raw, link_peak, rows)
+        if collective == PINGPONG:
+            d5 = [row for row in rows if row["impl"] == "d5"]
+            fit = fit_pingpong([int(row["bytes"]) for row in d5],
+                               [float(row["median"]) for row in d5],
+                               communicator=communicator, ranks=int(d5[0]["ranks"]),
+                               run_id=str(run_id))  # fmt: skip
+            store_fit(store, run_id, fit)
+    return CommRun(str(run_id), collective, communicator, raw, link_peak, rows, fit)
 
 
 def run_comm_sweep(

@@ -11,6 +11,13 @@ Two halves, like ``d5 run --ranks N`` (:mod:`d5core.lv3.launch`):
   ranks meet at a barrier; a sample's time is the maximum over the ranks (one
   element-wise ``max`` allreduce per size, after its samples).
 
+The point-to-point sweep (``pingpong``) is timed the same way, except that only ranks
+0 and 1 exchange messages (the others meet the barrier and wait): rank 0 sends the
+buffer to rank 1, which sends it back, and a sample is half of rank 0's round trip (the
+one-way time). Its bytes are the message's, exactly what the communicator counts for a
+send (checked on both ranks), and its bandwidth is that over the one-way time. The
+stored run also holds the fit of ``t(m) = L + G*m`` (:mod:`d5core.lv3.comm_fit`).
+
 Bandwidths follow nccl-tests (``docs/distributed.md``): the algorithm bandwidth is the
 collective's data size (:func:`data_bytes`) over the median time, and the bus bandwidth
 is that times :func:`bus_factor`.
@@ -37,13 +44,20 @@ __all__ = [
     "DEFAULT_MIN_BYTES",
     "DEFAULT_RANKS",
     "DTYPE",
+    "PINGPONG",
+    "PINGPONG_MAX_BYTES",
+    "PINGPONG_MIN_BYTES",
+    "PINGPONG_SYNCHRONISATION",
+    "SWEEPS",
     "SYNCHRONISATION",
     "SweepSettings",
     "bandwidths",
     "bus_factor",
     "check_communicator",
+    "check_sweep",
     "data_bytes",
     "default_communicator",
+    "default_sizes",
     "launch_sweep",
     "message_sizes",
     "parse_ranks",
@@ -52,15 +66,24 @@ __all__ = [
     "samples_for",
     "store_sweep",
     "sweep_rows",
+    "synchronisation",
 ]
 
 #: The collectives ``d5 bench comm`` can time.
 COLLECTIVES: tuple[str, ...] = ("allreduce", "broadcast", "allgather")
+#: The point-to-point sweep: messages between ranks 0 and 1, there and back.
+PINGPONG = "pingpong"
+#: Everything ``--collective`` takes: the collectives and the ping-pong.
+SWEEPS: tuple[str, ...] = (*COLLECTIVES, PINGPONG)
 #: Rank counts swept when ``--ranks`` is not given.
 DEFAULT_RANKS: tuple[int, ...] = (2, 4)
 #: The smallest and largest message by default (1 KiB to 4 MiB: seconds on 2 cores).
 DEFAULT_MIN_BYTES = 1 << 10
 DEFAULT_MAX_BYTES = 4 << 20
+#: The ping-pong's smallest and largest message by default, 8 B to 64 MiB: from where
+#: the latency dominates to where the bandwidth does.
+PINGPONG_MIN_BYTES = 8
+PINGPONG_MAX_BYTES = 64 << 20
 #: The element type of the buffers.
 DTYPE = "float32"
 #: How the ranks are synchronised and how their times are summarised (stored with the run).
@@ -68,8 +91,16 @@ SYNCHRONISATION = (
     "barrier before each sample; a sample is the maximum over the ranks; d5 and the "
     "library's own call interleaved, alternating which goes first; median over samples"
 )
+#: How the ping-pong's ranks are synchronised and its times summarised.
+PINGPONG_SYNCHRONISATION = (
+    "barrier before each sample; rank 0 sends to rank 1, which sends it back; a sample is "
+    "half of rank 0's round trip; d5 and the library's own calls interleaved, alternating "
+    "which goes first; median over samples"
+)
 #: Untimed rounds before the samples of each size.
 _WARMUP = 2
+#: The tag of the ping-pong's messages.
+_PINGPONG_TAG = 0x9D5
 _clock = time.perf_counter_ns
 
 
@@ -136,8 +167,9 @@ def parse_ranks(text: str) -> list[int]:
     return sorted(found)
 
 
-def message_sizes(min_bytes: int, max_bytes: int) -> list[int]:
-    """``min_bytes``, then 4 times larger each step up to ``max_bytes`` (always included).
+def message_sizes(min_bytes: int, max_bytes: int, factor: int = 4) -> list[int]:
+    """``min_bytes``, then ``factor`` times larger each step up to ``max_bytes`` (always
+    included).
 
     :raises UsageError: for a size that is not a positive multiple of 4 bytes (one
         float32), or ``min_bytes > max_bytes``.
@@ -151,11 +183,35 @@ def message_sizes(min_bytes: int, max_bytes: int) -> list[int]:
     if min_bytes > max_bytes:
         raise UsageError(f"--min-bytes {min_bytes} is larger than --max-bytes {max_bytes}")
     sizes = [min_bytes]
-    while sizes[-1] * 4 <= max_bytes:
-        sizes.append(sizes[-1] * 4)
+    while sizes[-1] * factor <= max_bytes:
+        sizes.append(sizes[-1] * factor)
     if sizes[-1] != max_bytes:
         sizes.append(max_bytes)
     return sizes
+
+
+def default_sizes(collective: str) -> tuple[int, int, int]:
+    """``(min_bytes, max_bytes, factor)`` swept by default for ``collective``: the
+    collectives 1 KiB to 4 MiB, 4 times larger each step; the ping-pong 8 B to 64 MiB,
+    twice as large each step (enough sizes to see where the protocol changes)."""
+    if collective == PINGPONG:
+        return PINGPONG_MIN_BYTES, PINGPONG_MAX_BYTES, 2
+    return DEFAULT_MIN_BYTES, DEFAULT_MAX_BYTES, 4
+
+
+def synchronisation(collective: str) -> str:
+    """How the ranks of a sweep of ``collective`` are synchronised and summarised."""
+    return PINGPONG_SYNCHRONISATION if collective == PINGPONG else SYNCHRONISATION
+
+
+def check_sweep(collective: str) -> str:
+    """``collective`` if ``d5 bench comm`` can time it (one of :data:`SWEEPS`).
+
+    :raises UsageError: naming the ones it can.
+    """
+    if collective not in SWEEPS:
+        raise UsageError(f"unknown collective {collective!r}; choose one of {', '.join(SWEEPS)}")
+    return collective
 
 
 def samples_for(nbytes: int) -> int:
@@ -196,15 +252,30 @@ def _d5_call(comm: Any, collective: str) -> Callable[[np.ndarray], Any]:
     raise UsageError(f"unknown collective {collective!r}; choose one of {', '.join(COLLECTIVES)}")
 
 
-def _time_size(
+def _d5_pingpong(comm: Any) -> Callable[[np.ndarray], Any]:
+    """A round trip of d5's point-to-point calls: rank 0 sends the buffer to rank 1,
+    which sends what it received back; other ranks do nothing."""
+    rank = comm.rank
+
+    def round_trip(buf: np.ndarray) -> None:
+        if rank == 0:
+            comm.send(buf, 1, _PINGPONG_TAG)
+            comm.recv_from(buf.shape, buf.dtype, 1, _PINGPONG_TAG)
+        elif rank == 1:
+            got, _ = comm.recv_from(buf.shape, buf.dtype, 0, _PINGPONG_TAG)
+            comm.send(got, 0, _PINGPONG_TAG)
+
+    return round_trip
+
+
+def _sample(
     comm: Any,
     calls: Sequence[tuple[str, Callable[[np.ndarray], Any]]],
     nbytes: int,
     count: int,
     progress: Callable[[], None],
-) -> dict[str, list[float]]:
-    """``count`` samples of each call on a buffer of ``nbytes``, each the maximum over
-    the ranks (on every rank)."""
+) -> dict[str, np.ndarray]:
+    """``count`` samples of each call on a buffer of ``nbytes``: this rank's seconds."""
     buf = np.ones(nbytes // np.dtype(DTYPE).itemsize, dtype=DTYPE)
     local = {name: np.zeros(count, dtype=np.float64) for name, _ in calls}
     for i in range(_WARMUP + count):
@@ -218,10 +289,41 @@ def _time_size(
             if i >= _WARMUP:
                 local[name][i - _WARMUP] = dt / 1e9
         progress()
+    return local
+
+
+def _combine(comm: Any, local: Mapping[str, np.ndarray], one_way: bool) -> dict[str, list[float]]:
+    """Every rank's samples from each rank's own (``local``): the maximum over the
+    ranks, or with ``one_way`` half of rank 0's (a round trip)."""
+    if one_way:
+        return {
+            name: [float(v) / 2 for v in np.asarray(comm.broadcast(times, 0))]
+            for name, times in local.items()
+        }
     return {
         name: [float(v) for v in np.asarray(comm.allreduce(times, "max"))]
         for name, times in local.items()
     }
+
+
+def _check_counted(comm: Any, before: Mapping[str, Any], nbytes: int, messages: int) -> None:
+    """On ranks 0 and 1 of a ping-pong, d5's counters grew by exactly ``messages`` of
+    ``nbytes`` sent and as many received.
+
+    :raises CheckFailed: naming the rank and the counts when they did not.
+    """
+    if comm.rank > 1:
+        return
+    after = comm.counters()
+    want = messages * nbytes
+    for key in ("bytes_sent", "bytes_received"):
+        got = int(after[key]) - int(before[key])
+        if got != want:
+            raise CheckFailed(
+                f"rank {comm.rank}: the communicator counted {got} {key.replace('_', ' ')} "
+                f"for {messages} messages of {nbytes} bytes ({want} expected); its point-to-"
+                "point counts must be the bytes that moved"
+            )
 
 
 def rank_sweep(
@@ -233,17 +335,24 @@ def rank_sweep(
     :return: on every rank, ``{"ranks", "communicator", "raw", "sizes": [{"bytes",
         "samples": {"d5": [...], "raw": [...]}}]}``; ``"raw"`` is whether the library's
         own call was timed (only ``"d5"`` samples when not).
+    :raises CheckFailed: for a ping-pong whose bytes the communicator counted wrong.
     """
     collective = settings.collective
-    calls: list[tuple[str, Callable[[np.ndarray], Any]]] = [("d5", _d5_call(comm, collective))]
+    pingpong = collective == PINGPONG
+    d5_call = _d5_pingpong(comm) if pingpong else _d5_call(comm, collective)
+    calls: list[tuple[str, Callable[[np.ndarray], Any]]] = [("d5", d5_call)]
     raw_of = getattr(comm, "raw_collective", None)
     raw = raw_of(collective) if callable(raw_of) else None
     if raw is not None:
         calls.append(("raw", raw))
     sizes = []
     for nbytes in settings.sizes:
-        samples = _time_size(comm, calls, nbytes, settings.samples_of(nbytes), progress)
-        sizes.append({"bytes": nbytes, "samples": samples})
+        count = settings.samples_of(nbytes)
+        before = comm.counters()
+        local = _sample(comm, calls, nbytes, count, progress)
+        if pingpong:
+            _check_counted(comm, before, nbytes, _WARMUP + count)
+        sizes.append({"bytes": nbytes, "samples": _combine(comm, local, pingpong)})
     return {
         "ranks": int(comm.size),
         "communicator": str(getattr(comm, "name", "") or type(comm).__name__),
@@ -313,7 +422,8 @@ def launch_sweep(
         ]  # fmt: skip
         if settings.samples is not None:
             argv += ["--samples", str(settings.samples)]
-        outcome = launch(ranks, argv, rank_timeout=rank_timeout, stop=stop, timeout=timeout)
+        outcome = launch(ranks, argv, rank_timeout=rank_timeout, stop=stop, timeout=timeout,
+                         communicator=communicator)  # fmt: skip
         if outcome.code != 0 or outcome.signum is not None:
             return None, outcome
         try:
@@ -361,26 +471,27 @@ def store_sweep(
 
 
 def default_communicator() -> str:
-    """The ``d5.communication`` entry the installed launcher's ranks use."""
+    """The ``d5.communication`` entry the default launcher's ranks use."""
     from d5core.lv3.launch import rank_launcher
 
     return str(rank_launcher().communicator)
 
 
 def check_communicator(name: str | None) -> str:
-    """``name`` if it is an installed ``d5.communication`` entry (``None``: the
-    launcher's own, :func:`default_communicator`).
+    """``name`` if it is an installed ``d5.communication`` entry that a plugin can start
+    ranks for (``None``: the default launcher's own, :func:`default_communicator`).
 
-    :raises UsageError: naming the installed ones.
+    :raises UsageError: naming the installed ones, or saying that no launcher starts it.
     """
+    from d5core.lv3.launch import rank_launcher
     from d5core.plugins import get_plugin_manager
 
-    default = default_communicator()
     if name is None:
-        return default
+        return default_communicator()
     installed = list(get_plugin_manager().names("d5.communication"))
     if name not in installed:
         raise UsageError(
             f"--communicator {name!r} is not installed; choose one of {', '.join(installed)}"
         )
+    rank_launcher(name)  # a plugin that starts its ranks, or one line saying none does
     return name

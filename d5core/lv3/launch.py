@@ -30,6 +30,7 @@ by the tests of the watchdog; never set it otherwise).
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import json
 import os
 import shutil
@@ -40,7 +41,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import FrameType, TracebackType
 from typing import IO, Any, NamedTuple
@@ -72,10 +73,14 @@ __all__ = [
     "RankLauncher",
     "RunInterrupted",
     "StopSignals",
+    "check_communicator_name",
     "check_rank_count",
     "check_rank_options",
+    "chosen_communicator",
+    "communicator_chosen",
     "detect_launcher",
     "distribution_schemes",
+    "installed_communicators",
     "launch",
     "parse_scheme_options",
     "partitioned_sampler",
@@ -193,17 +198,78 @@ class StopSignals:
 # -- the communication plugin's hooks -------------------------------------------------
 
 
-def rank_launcher() -> RankLauncher:
-    """The launcher of the first plugin that offers one (``d5_rank_launcher``).
+#: The communicator chosen for the launches of this context (:func:`communicator_chosen`).
+_CHOSEN: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "d5_chosen_communicator", default=None
+)
 
-    :raises UsageError: one line, when no plugin offers a launcher, or from the plugin
-        when its launcher cannot run here.
+
+@contextlib.contextmanager
+def communicator_chosen(name: str | None) -> Iterator[None]:
+    """Within the block, :func:`launch` and :func:`check_rank_options` start ranks for
+    the communicator ``name`` (``None``: as outside the block), with the launcher a
+    plugin offers for it. ``d5 run --communicator`` and ``d5 bench comm`` choose so."""
+    token = _CHOSEN.set(name)
+    try:
+        yield
+    finally:
+        _CHOSEN.reset(token)
+
+
+def chosen_communicator() -> str | None:
+    """The communicator the ranks launched now are to use: the one chosen with
+    :func:`communicator_chosen`, else :data:`COMMUNICATOR_ENV` of this process, else
+    ``None`` (the default launcher's)."""
+    return _CHOSEN.get() or os.environ.get(COMMUNICATOR_ENV) or None
+
+
+def installed_communicators() -> list[str]:
+    """The installed ``d5.communication`` entries, sorted."""
+    from d5core.plugins import get_plugin_manager
+
+    return sorted(get_plugin_manager().names("d5.communication"))
+
+
+def check_communicator_name(name: str, option: str = "--communicator") -> str:
+    """``name`` when it is an installed ``d5.communication`` entry.
+
+    :raises UsageError: one line naming ``option`` and the installed communicators.
+    """
+    installed = installed_communicators()
+    if name not in installed:
+        raise UsageError(
+            f"{option} {name!r} is not an installed communicator; choose one of "
+            f"{', '.join(installed) or 'none (install a communication plugin)'}"
+        )
+    return name
+
+
+def rank_launcher(communicator: str | None = None) -> RankLauncher:
+    """The launcher of the first plugin that offers one (``d5_rank_launcher``) for
+    ``communicator`` (``None``: the default launcher).
+
+    :raises UsageError: one line, when no plugin offers a launcher (for that
+        communicator), when the launcher offered starts another communicator, or from
+        the plugin when its launcher cannot run here.
     """
     from d5core.plugins import get_plugin_manager
 
-    launcher = get_plugin_manager().hook.d5_rank_launcher()
-    if launcher is None:
+    launcher = get_plugin_manager().hook.d5_rank_launcher(communicator=communicator)
+    if launcher is None and communicator is None:
+        installed = installed_communicators()
+        if len(installed) == 1:  # no default launcher, but one communicator: its own
+            return rank_launcher(installed[0])
         raise UsageError(NO_COMMUNICATION_PLUGIN)
+    if launcher is None:
+        raise UsageError(
+            f"no installed plugin launches ranks for the {communicator!r} communicator; "
+            "install the plugin that provides it, or choose another with --communicator"
+        )
+    if communicator is not None and launcher.communicator != communicator:
+        raise UsageError(
+            f"the {launcher.name!r} launcher was offered for the {communicator!r} communicator "
+            f"but starts ranks with {launcher.communicator!r}; update the plugin that offers it"
+        )
     return launcher  # type: ignore[no-any-return]
 
 
@@ -368,7 +434,8 @@ def check_rank_options(
     global_batch: bool,
 ) -> None:
     """Refuse, in the launching process, what the launch or every rank would refuse
-    before training: no launcher (:func:`rank_launcher`), ``--global-batch`` with a batch that
+    before training: no launcher for the chosen communicator (:func:`rank_launcher`,
+    :func:`chosen_communicator`), ``--global-batch`` with a batch that
     does not split, a sampler that cannot be partitioned, an unknown scheme or bad
     scheme options. Bad options thus end the command with exit 2 before a run is stored.
 
@@ -377,7 +444,7 @@ def check_rank_options(
     :raises UsageError: one line, naming the option.
     """
     check_rank_count(ranks)
-    rank_launcher()
+    rank_launcher(chosen_communicator())
     batch = int(settings["batch_size"])
     if global_batch:
         if batch % ranks:
@@ -737,9 +804,10 @@ def launch(
     on_failure: Callable[[str | None, str], None] | None = None,
     stop: StopSignals | None = None,
     timeout: float | None = None,
+    communicator: str | None = None,
 ) -> LaunchOutcome:
     """Run ``python -m d5core ARGV`` on ``ranks`` ranks with :func:`rank_launcher`'s
-    launcher and watch it.
+    launcher for ``communicator`` (``None``: :func:`chosen_communicator`) and watch it.
 
     Rank output on stdout is passed through (without the lines the launcher
     :meth:`~RankLauncher.hides`); stderr is kept and shown only when the job succeeds.
@@ -753,7 +821,9 @@ def launch(
     """
     with contextlib.ExitStack() as stack:
         signals = stop if stop is not None else stack.enter_context(StopSignals())
-        return _launch(ranks, argv, rank_timeout, env, run_id, on_failure, signals, timeout)
+        launcher = rank_launcher(communicator or chosen_communicator())
+        return _launch(launcher, ranks, argv, rank_timeout, env, run_id, on_failure, signals,
+                       timeout)  # fmt: skip
 
 
 def _sweep_watch_directories() -> None:
@@ -775,6 +845,7 @@ def _interrupted(stop: StopSignals, run_id: str | None, launcher: str) -> Launch
 
 
 def _launch(
+    launcher: RankLauncher,
     ranks: int,
     argv: Sequence[str],
     rank_timeout: float,
@@ -784,7 +855,6 @@ def _launch(
     stop: StopSignals,
     timeout: float | None = None,
 ) -> LaunchOutcome:
-    launcher = rank_launcher()
     if stop.received is not None:
         return _interrupted(stop, run_id, launcher.name)
     _sweep_watch_directories()

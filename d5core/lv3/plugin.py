@@ -1,4 +1,5 @@
-"""Level 3's internal plugin: ``d5 bench comm`` and the distributed report figures.
+"""Level 3's internal plugin: ``d5 bench comm``, ``d5 model comm`` and the distributed
+report figures.
 (Ranks are launched by the communication plugin's ``d5_rank_launcher``.)"""
 
 from __future__ import annotations
@@ -23,7 +24,15 @@ def d5_cli_commands() -> list[Any]:
             "Benchmark a collective over MPI ranks against raw MPI.",
         )
     )
-    return [bench]
+    model = LazyGroup("model", help="Predict from fitted models: communication time per step.")
+    model.add_command(
+        LazyCommand(
+            "comm",
+            "d5core.lv3.model_comm_cmd:model_comm",
+            "Predict a scheme's communication time per step from a fitted L and G.",
+        )
+    )
+    return [bench, model]
 
 
 @hookimpl(tryfirst=True)

@@ -371,11 +371,18 @@ def test_register_rejects_invalid_hooks_with_one_line(d5_plugin_manager):
 def test_builtin_plugin_recognises_slurm_and_leaves_mpi_launchers_to_their_plugin():
     from d5core.builtin import d5_detect_launcher
 
-    assert d5_detect_launcher({"SLURM_PROCID": "1", "SLURM_NTASKS": "4"}) == {
-        "launcher": "slurm",
-        "rank": 1,
-        "size": 4,
-    }
+    step = {"SLURM_PROCID": "1", "SLURM_NTASKS": "4", "SLURM_STEP_ID": "0"}
+    assert d5_detect_launcher(step) == {"launcher": "slurm", "rank": 1, "size": 4}
+    # the step's own task count wins over the job's
+    assert d5_detect_launcher({**step, "SLURM_STEP_NUM_TASKS": "2"})["size"] == 2
     assert d5_detect_launcher({"PMI_RANK": "1", "PMI_SIZE": "4"}) is None
-    assert d5_detect_launcher({"SLURM_PROCID": "x", "SLURM_NTASKS": "2"}) is None
+    assert d5_detect_launcher({**step, "SLURM_PROCID": "x"}) is None
+
+
+def test_a_slurm_batch_script_is_not_a_rank():
+    """sbatch sets SLURM_PROCID=0 and SLURM_NTASKS=N in the script itself, which is one
+    process: without a job step's variables it is no launched rank."""
+    from d5core.builtin import d5_detect_launcher
+
+    assert d5_detect_launcher({"SLURM_PROCID": "0", "SLURM_NTASKS": "2"}) is None
     assert d5_detect_launcher({}) is None

@@ -289,9 +289,10 @@ class MPICommunicator(Communicator):
 
     def raw_collective(self, name: str) -> Callable[[np.ndarray], Any] | None:
         """mpi4py's own call for ``name``, uncounted: ``Allreduce`` in place (sum),
-        ``Bcast`` from rank 0 in place, ``Allgather`` into a new array; ``None`` for
-        other collectives (see :meth:`d5core.api.Communicator.raw_collective`)."""
-        comm, size = self.comm, self._size
+        ``Bcast`` from rank 0 in place, ``Allgather`` into a new array, the ping-pong's
+        round trip (``Send`` then ``Recv`` on rank 0, the reverse on rank 1, in place);
+        ``None`` for other collectives (see :meth:`d5core.api.Communicator.raw_collective`)."""
+        comm, size, rank = self.comm, self._size, self._rank
 
         def allreduce(buf: np.ndarray) -> None:
             comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
@@ -304,13 +305,24 @@ class MPICommunicator(Communicator):
             comm.Allgather(buf, out)
             return out
 
+        def pingpong(buf: np.ndarray) -> None:
+            if rank == 0:
+                comm.Send(buf, dest=1, tag=_PINGPONG_TAG)
+                comm.Recv(buf, source=1, tag=_PINGPONG_TAG)
+            elif rank == 1:
+                comm.Recv(buf, source=0, tag=_PINGPONG_TAG)
+                comm.Send(buf, dest=0, tag=_PINGPONG_TAG)
+
         calls: dict[str, Callable[[np.ndarray], Any]] = {
             "allreduce": allreduce,
             "broadcast": broadcast,
             "allgather": allgather,
+            "pingpong": pingpong,
         }
         return calls.get(name)
 
 
+#: Tag of the raw ping-pong's messages (``raw_collective("pingpong")``).
+_PINGPONG_TAG = 0x9D6
 #: Tag of :meth:`MPICommunicator.neighbor_exchange` messages (kept apart from user tags).
 _EXCHANGE_TAG = 0x5D5

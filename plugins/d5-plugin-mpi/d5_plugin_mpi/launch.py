@@ -1,9 +1,19 @@
-"""Starting d5 under ``mpiexec``: finding it, building its command line, detecting it,
-and reading what it says when a rank dies.
+"""Starting d5 under ``mpiexec``: finding it, building its command line, detecting it
+(and Slurm's ``srun``), and reading what it says when a rank dies.
 
 What d5core's level 3 hooks ask of the MPI plugin lives here: :class:`MpiexecLauncher`
 (``d5_rank_launcher``), :func:`detect` (``d5_detect_launcher``) and :func:`diagnose`
 (``d5_diagnose_rank_failure``).
+
+Slurm: ``srun --mpi=pmi2`` gives every task MPICH's ``PMI_RANK``/``PMI_SIZE`` and serves
+the PMI requests of the ``mpich`` wheel's library, so MPI wires up and :func:`detect`
+names the launcher ``slurm`` with the ``mpi`` communicator. A step without PMI
+(``srun --mpi=none``) still has ``SLURM_PROCID`` and ``SLURM_STEP_NUM_TASKS``; MPI
+cannot join such tasks (each is a one-rank world), so no communicator is named there
+and the choice is left to ``D5_DISTRIBUTED_COMMUNICATOR`` (one that needs no PMI, such
+as gloo). A batch script is not a step: Slurm sets ``SLURM_PROCID=0`` and the job's
+``SLURM_NTASKS`` there too, but it is one process, so it is reported as one rank and
+``d5 run`` (``--ranks N`` included) works in it as on a workstation.
 """
 
 from __future__ import annotations
@@ -24,6 +34,7 @@ __all__ = [
     "COMMUNICATOR",
     "LAUNCHER",
     "LAUNCHER_VARS",
+    "SLURM",
     "MpiexecLauncher",
     "build_command",
     "detect",
@@ -42,6 +53,12 @@ LAUNCHER_VARS: tuple[tuple[str, str, str], ...] = (
     ("mpich", "PMI_RANK", "PMI_SIZE"),
     ("open-mpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
 )
+#: The launcher's name for Slurm's ``srun`` (and for a Slurm batch script).
+SLURM = "slurm"
+#: Variables that only a Slurm job step (``srun``) sets, not the batch script.
+_SLURM_STEP_VARS: tuple[str, ...] = ("SLURM_STEP_ID", "SLURM_STEPID", "SLURM_STEP_NUM_TASKS")
+#: Variables MPICH's Hydra sets for its ranks, and ``srun``'s PMI-2 server does not.
+_HYDRA_VARS: tuple[str, ...] = ("PMI_HOSTNAME", "HYDI_CONTROL_FD", "MPI_LOCALNRANKS")
 #: Lines of MPICH's (Hydra's) termination banner: the launcher's, not a rank's output.
 _BANNER = re.compile(
     r"^(=+|YOUR APPLICATION TERMINATED|This typically refers|Please see the FAQ|\s*$)"
@@ -113,16 +130,57 @@ class MpiexecLauncher:
 
 
 def detect(environ: Mapping[str, str]) -> dict[str, int | str] | None:
-    """``{"launcher", "rank", "size", "communicator"}`` when ``environ`` shows an MPI
-    launcher (MPICH's ``PMI_*``, Open MPI's ``OMPI_COMM_WORLD_*``), else ``None``."""
+    """``{"launcher", "rank", "size"[, "communicator"]}`` when ``environ`` shows a launcher
+    this plugin knows, else ``None``.
+
+    MPI's own variables come first: MPICH's ``PMI_*`` (from ``mpiexec``, or from
+    ``srun --mpi=pmi2``: then the launcher is ``slurm``), Open MPI's
+    ``OMPI_COMM_WORLD_*``; these name the ``mpi`` communicator. Without them, Slurm's
+    ``SLURM_PROCID`` and ``SLURM_STEP_NUM_TASKS`` (else ``SLURM_NTASKS``) give the rank
+    and size of a job step, with no communicator named (MPI needs PMI to join the tasks);
+    in a batch script, which is no step, this process is one rank of one.
+    """
     for launcher, rank_var, size_var in LAUNCHER_VARS:
-        if rank_var in environ and size_var in environ:
-            try:
-                rank, size = int(environ[rank_var]), int(environ[size_var])
-            except ValueError:
-                continue
-            return {"launcher": launcher, "rank": rank, "size": size, "communicator": COMMUNICATOR}
-    return None
+        found = _ints(environ, rank_var, size_var)
+        if found is not None:
+            if launcher == "mpich" and _srun_pmi(environ):
+                launcher = SLURM
+            return {"launcher": launcher, "rank": found[0], "size": found[1],
+                    "communicator": COMMUNICATOR}  # fmt: skip
+    return _slurm(environ)
+
+
+def _ints(environ: Mapping[str, str], rank_var: str, size_var: str) -> tuple[int, int] | None:
+    try:
+        return int(environ[rank_var]), int(environ[size_var])
+    except (KeyError, ValueError):
+        return None
+
+
+def _is_step(environ: Mapping[str, str]) -> bool:
+    return any(var in environ for var in _SLURM_STEP_VARS)
+
+
+def _srun_pmi(environ: Mapping[str, str]) -> bool:
+    """Whether the PMI variables come from ``srun``'s PMI-2 server: a job step whose task
+    id and size are the PMI rank and size, and none of the variables Hydra gives its
+    ranks (Hydra, started inside an allocation, runs its proxies with ``srun``, so its
+    ranks carry the ``SLURM_*`` of the proxies' step)."""
+    if not _is_step(environ) or any(var in environ for var in _HYDRA_VARS):
+        return False
+    size = environ.get("SLURM_STEP_NUM_TASKS", environ.get("SLURM_NTASKS"))
+    return (environ.get("SLURM_PROCID"), size) == (environ.get("PMI_RANK"), environ.get("PMI_SIZE"))
+
+
+def _slurm(environ: Mapping[str, str]) -> dict[str, int | str] | None:
+    if not _is_step(environ):
+        found = _ints(environ, "SLURM_PROCID", "SLURM_NTASKS")
+        return None if found is None else {"launcher": SLURM, "rank": 0, "size": 1}
+    size_var = "SLURM_STEP_NUM_TASKS" if "SLURM_STEP_NUM_TASKS" in environ else "SLURM_NTASKS"
+    found = _ints(environ, "SLURM_PROCID", size_var)
+    if found is None:
+        return None
+    return {"launcher": SLURM, "rank": found[0], "size": found[1]}
 
 
 def diagnose(launcher: str, rank: int, pid: int | None, output: str) -> str | None:

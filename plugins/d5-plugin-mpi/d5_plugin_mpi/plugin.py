@@ -26,7 +26,7 @@ __all__ = [
     "d5_rank_launcher",
 ]
 
-d5_plugin_api = ">=1.1,<2"
+d5_plugin_api = ">=1.9,<2"
 
 #: This plugin's distribution schemes (its ``d5.optimizers`` entries), the default
 #: ``allreduce`` first. Named here so that listing them imports no scheme.
@@ -40,9 +40,12 @@ SCHEME_NAMES: tuple[str, ...] = (
 
 
 @hookimpl
-def d5_rank_launcher() -> Any:
+def d5_rank_launcher(communicator: str | None) -> Any:
     from d5_plugin_mpi import launch
 
+    # mpiexec is the default launcher: it answers when no communicator is named, too.
+    if communicator not in (None, launch.COMMUNICATOR):
+        return None
     return launch.MpiexecLauncher(launch.mpiexec_path())
 
 
@@ -67,6 +70,20 @@ def d5_distribution_schemes() -> Sequence[str]:
 
 @hookimpl
 def d5_environment_info() -> Mapping[str, Any]:
+    import os
+    import sys
+
+    from d5_plugin_mpi import launch
+
+    if "mpi4py.MPI" not in sys.modules and launch.detect(os.environ) is not None:
+        # Importing mpi4py.MPI starts MPI, which under mpiexec every rank must do together:
+        # a rank whose communicator is another (gloo) would wait for the others forever.
+        from importlib import metadata
+
+        try:
+            return {"mpi4py": metadata.version("mpi4py"), "initialized": False}
+        except metadata.PackageNotFoundError:
+            return {"mpi4py": None, "initialized": False}
     try:
         import mpi4py
         from mpi4py import MPI

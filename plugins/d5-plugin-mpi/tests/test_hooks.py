@@ -32,10 +32,17 @@ def test_the_launcher_hook_offers_mpiexec_for_the_mpi_communicator() -> None:
         exe = launch.mpiexec_path()
     except UsageError:
         pytest.skip("no mpiexec")
-    launcher = get_plugin_manager().hook.d5_rank_launcher()
-    assert (launcher.name, launcher.communicator) == ("mpiexec", "mpi")
+    for communicator in (None, "mpi"):
+        launcher = get_plugin_manager().hook.d5_rank_launcher(communicator=communicator)
+        assert (launcher.name, launcher.communicator) == ("mpiexec", "mpi")
     cmd = launcher.command(3, ["python", "-m", "d5core"])
     assert cmd[0] == exe and cmd[1:3] == ["-n", "3"] and cmd[-3:] == ["python", "-m", "d5core"]
+
+
+def test_the_launcher_hook_leaves_other_communicators_to_their_plugins() -> None:
+    from d5_plugin_mpi import plugin
+
+    assert plugin.d5_rank_launcher(communicator="gloo") is None
 
 
 def test_the_launcher_hook_says_what_to_install_without_mpiexec(
@@ -46,7 +53,7 @@ def test_the_launcher_hook_says_what_to_install_without_mpiexec(
 
     monkeypatch.setattr(launch, "mpiexec_path", missing)
     with pytest.raises(UsageError, match="pip install mpich"):
-        get_plugin_manager().hook.d5_rank_launcher()
+        get_plugin_manager().hook.d5_rank_launcher(communicator=None)
 
 
 def test_the_launcher_hides_mpich_banner_lines_only() -> None:

@@ -88,8 +88,20 @@ def test_consistent_schemes_match_single_process(
 
 
 @pytest.mark.parametrize(
-    "key", ["allreduce_sgd", "ps_sgd", "ps1_sgd", "ps3_momentum", "ma1_sgd", "ma3_sgd",
-            "dpsgd_sgd", "topk", "qsgd", "sign", "async"]
+    "key",
+    [
+        "allreduce_sgd",
+        "ps_sgd",
+        "ps1_sgd",
+        "ps3_momentum",
+        "ma1_sgd",
+        "ma3_sgd",
+        "dpsgd_sgd",
+        "topk",
+        "qsgd",
+        "sign",
+        "async",
+    ],
 )
 def test_volume_matches_expected_bytes(ranks: list[dict[str, Any]], key: str) -> None:
     for d in ranks:

@@ -72,8 +72,13 @@ def main(out_dir: str) -> None:
     sizes = {"w": 6, "b": 2}
 
     def run(
-        key: str, scheme: str, local: str = "sgd", steps: int = STEPS, lr: float = LR,
-        offset: float = 0.0, **options: Any,
+        key: str,
+        scheme: str,
+        local: str = "sgd",
+        steps: int = STEPS,
+        lr: float = LR,
+        offset: float = 0.0,
+        **options: Any,
     ) -> Any:
         opt = make_distributed(scheme, pm.load("d5.optimizers", local)(lr=lr), comm, **options)
         params = init(offset * r)

@@ -24,7 +24,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from d5_plugin_mpi.schemes._common import Scheme
-from d5core.api import ANY_SOURCE, Communicator, Compressor, Optimizer
+from d5_plugin_mpi.schemes._cost import check_model_options, one_rank, param_sizes
+from d5core.api import ANY_SOURCE, CommCost, Communicator, Compressor, Optimizer
 
 __all__ = ["AsyncParameterServerOptimizer"]
 
@@ -89,3 +90,28 @@ class AsyncParameterServerOptimizer(Scheme):
         flat = sum(int(s) for s in param_sizes.values()) * self.item(itemsize)
         per_step = (self.comm.size - 1) * flat if self.comm.rank == 0 else flat
         return per_step * steps, per_step * steps
+
+    @classmethod
+    def communication_cost(
+        cls,
+        *,
+        ranks: int,
+        params: int | Mapping[str, int],
+        itemsize: int,
+        latency_s: float,
+        seconds_per_byte: float,
+        options: Mapping[str, Any],
+    ) -> CommCost:
+        """The server's step: for each of the ``P-1`` workers in turn, receive its
+        ``B``-byte gradient, then send it the parameters: ``2 (P-1) (L + B G)``."""
+        check_model_options(cls.name, options, cls.option_defaults, False)
+        if ranks <= 1:
+            return one_rank()
+        nbytes = sum(param_sizes(params)) * itemsize
+        workers = max(0, ranks - 1)
+        return CommCost.of(
+            messages=2 * workers, critical_bytes=2 * workers * nbytes,
+            bytes_sent=workers * nbytes, latency_s=latency_s,
+            seconds_per_byte=seconds_per_byte, algorithm="server on rank 0, one worker at a time",
+            formula="2 (P-1) (L + B G)",
+        )  # fmt: skip

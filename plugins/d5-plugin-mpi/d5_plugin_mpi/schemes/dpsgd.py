@@ -10,11 +10,13 @@ collective.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
 from d5_plugin_mpi.schemes._common import Scheme
+from d5_plugin_mpi.schemes._cost import check_model_options, one_rank, param_sizes
+from d5core.api import CommCost
 
 __all__ = ["DPSGDOptimizer"]
 
@@ -54,3 +56,27 @@ class DPSGDOptimizer(Scheme):
         flat = sum(int(s) for s in param_sizes.values()) * self.item(itemsize)
         moved = len(self.neighbors()) * flat * steps
         return moved, moved
+
+    @classmethod
+    def communication_cost(
+        cls,
+        *,
+        ranks: int,
+        params: int | Mapping[str, int],
+        itemsize: int,
+        latency_s: float,
+        seconds_per_byte: float,
+        options: Mapping[str, Any],
+    ) -> CommCost:
+        """The ``B``-byte parameters to and from each of the ``d`` distinct ring
+        neighbours (1 on two ranks, else 2): ``d (L + B G)``, whatever ``P``."""
+        check_model_options(cls.name, options, cls.option_defaults, False)
+        if ranks <= 1:
+            return one_rank()
+        nbytes = sum(param_sizes(params)) * itemsize
+        d = 1 if ranks == 2 else 2
+        return CommCost.of(
+            messages=d, critical_bytes=d * nbytes, bytes_sent=d * nbytes,
+            latency_s=latency_s, seconds_per_byte=seconds_per_byte,
+            algorithm="ring neighbour exchange", formula="d (L + B G), d = min(2, P-1)",
+        )  # fmt: skip

@@ -14,7 +14,13 @@ from typing import Any, ClassVar
 import numpy as np
 
 from d5_plugin_mpi.schemes._common import Scheme, add_bytes, positive_int
-from d5core.api import Communicator, Compressor, Optimizer
+from d5_plugin_mpi.schemes._cost import (
+    allreduce_rounds,
+    check_model_options,
+    one_rank,
+    param_sizes,
+)
+from d5core.api import CommCost, Communicator, Compressor, Optimizer, collective_bytes
 
 __all__ = ["ModelAveragingOptimizer"]
 
@@ -57,3 +63,36 @@ class ModelAveragingOptimizer(Scheme):
         total = [0, 0]
         add_bytes(total, self.collective("allreduce", flat), steps // self.period)
         return total[0], total[1]
+
+    @classmethod
+    def communication_cost(
+        cls,
+        *,
+        ranks: int,
+        params: int | Mapping[str, int],
+        itemsize: int,
+        latency_s: float,
+        seconds_per_byte: float,
+        options: Mapping[str, Any],
+    ) -> CommCost:
+        """One allreduce of the ``B``-byte parameters every ``k`` = ``period`` steps, as
+        MPICH runs it, averaged per step: ``(2 L log2 P + 2 B G (P-1)/P) / k``."""
+        opts = check_model_options(cls.name, options, cls.option_defaults, False)
+        period = positive_int(cls.name, "period", opts["period"])
+        if ranks <= 1:
+            return one_rank()
+        count = sum(param_sizes(params))
+        nbytes = count * itemsize
+        r = allreduce_rounds(nbytes, count, ranks)
+        inner = (
+            "(L + B G) log2 P" if r.algorithm == "recursive doubling"
+            else "2 L log2 P + 2 B G (P-1)/P"
+        )  # fmt: skip
+        return CommCost.of(
+            messages=r.messages / period, critical_bytes=r.nbytes / period,
+            bytes_sent=collective_bytes("allreduce", nbytes, ranks, 0)[0] / period,
+            latency_s=latency_s, seconds_per_byte=seconds_per_byte,
+            algorithm=f"{r.algorithm} every {period} step{'s' if period > 1 else ''}",
+            formula=f"({inner}) / k" + (" (+ 2 (L + B G) for P not a power of 2)"
+                                        if ranks & (ranks - 1) else ""),
+        )  # fmt: skip

@@ -19,7 +19,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from d5_plugin_mpi.schemes._common import Scheme, positive_int
-from d5core.api import Communicator, Compressor, Optimizer, chunk_counts
+from d5_plugin_mpi.schemes._cost import check_model_options, one_rank, param_sizes
+from d5core.api import CommCost, Communicator, Compressor, Optimizer, chunk_counts
 
 __all__ = ["ParameterServerOptimizer"]
 
@@ -45,8 +46,8 @@ class ParameterServerOptimizer(Scheme):
         servers = self.options["servers"]
         size = self.comm.size
         #: Number of server ranks (ranks ``0 .. servers-1``).
-        self.servers = size if servers is None else positive_int(
-            self.name, "servers", servers, upper=size
+        self.servers = (
+            size if servers is None else positive_int(self.name, "servers", servers, upper=size)
         )
 
     def bounds(self, length: int) -> list[tuple[int, int]]:
@@ -133,3 +134,44 @@ class ParameterServerOptimizer(Scheme):
                 sent += nbytes
                 received += nbytes
         return sent * steps, received * steps
+
+    @classmethod
+    def communication_cost(
+        cls,
+        *,
+        ranks: int,
+        params: int | Mapping[str, int],
+        itemsize: int,
+        latency_s: float,
+        seconds_per_byte: float,
+        options: Mapping[str, Any],
+    ) -> CommCost:
+        """Push and pull as :meth:`scheme_step` orders them, shards of ``B/s`` bytes.
+
+        Push: server ``j`` receives its ``P-1`` shards in rank order, and ranks below
+        ``j`` send theirs only after their own server phase, so the ``s`` phases run one
+        after another: ``s (P-1) (L + G B/s)``. Pull: server ``j`` starts sending once it
+        has server ``j-1``'s shard, so the phases overlap: ``(P+s-2) (L + G B/s)``. (The
+        ideal of a sharded server whose messages all overlap, ``2L + 2 P B G / s``, is
+        what this would be if every server received and sent its shards at once.)
+        """
+        opts = check_model_options(cls.name, options, cls.option_defaults, False)
+        given = opts["servers"]
+        servers = ranks if given is None else positive_int(cls.name, "servers", given, upper=ranks)
+        count = sum(param_sizes(params))
+        counts = chunk_counts(count, servers)
+        if ranks <= 1:
+            return one_rank()
+        shard = max(counts) * itemsize
+        push_msgs, pull_msgs = servers * (ranks - 1), ranks + servers - 2
+        push_bytes = sum(counts) * itemsize * (ranks - 1)
+        sent = [(ranks - 1) * c * itemsize + (count - c) * itemsize for c in counts]
+        if servers < ranks:
+            sent.append(count * itemsize)
+        return CommCost.of(
+            messages=push_msgs + pull_msgs,
+            critical_bytes=push_bytes + pull_msgs * shard,
+            bytes_sent=max(sent), latency_s=latency_s, seconds_per_byte=seconds_per_byte,
+            algorithm=f"{servers} server{'s' if servers > 1 else ''}, point to point",
+            formula="s (P-1) (L + G B/s) + (P+s-2) (L + G B/s)",
+        )  # fmt: skip
