@@ -159,7 +159,8 @@ def check(args: argparse.Namespace) -> list[dict[str, Any]]:
     db = Path(args.db) if args.db else Path(tempfile.mkdtemp(prefix="d5-model-check-")) / "r.sqlite"
     fit = get_fit(args.fit, db)
     print(f"fit: run {fit.run_id} ({fit.communicator}): L = {fit.latency_s * 1e6:.3g} µs, "
-          f"G = {fit.seconds_per_byte * 1e9:.4g} ns/B, max |residual| "
+          f"G = {fit.seconds_per_byte * 1e9:.4g} ns/B, Gx = {fit.exchange_s_per_byte * 1e9:.4g}"
+          f" ns/B, R = {fit.reduce_s_per_byte * 1e9:.4g} ns/B, max |residual| "
           f"{fit.max_abs_residual:.0%}", file=sys.stderr)  # fmt: skip
     rows = []
     with tempfile.TemporaryDirectory(prefix="d5-model-check-") as tmp:
@@ -173,6 +174,8 @@ def check(args: argparse.Namespace) -> list[dict[str, Any]]:
                     cost = scheme_class(scheme).communication_cost(
                         ranks=ranks, params=sizes, itemsize=4, latency_s=fit.latency_s,
                         seconds_per_byte=fit.seconds_per_byte, options=options,
+                        exchange_s_per_byte=fit.exchange_or_p2p_s_per_byte,
+                        reduce_s_per_byte=fit.reduce_s_per_byte,
                     )  # fmt: skip
                     trained = in_training(path, ranks, scheme, options, db)
                     row = {"recipe": recipe, "scheme": label, "ranks": ranks,
@@ -193,6 +196,8 @@ def check(args: argparse.Namespace) -> list[dict[str, Any]]:
                     cost = scheme_class(scheme).communication_cost(
                         ranks=ranks, params=sizes, itemsize=4, latency_s=fit.latency_s,
                         seconds_per_byte=fit.seconds_per_byte, options=options,
+                        exchange_s_per_byte=fit.exchange_or_p2p_s_per_byte,
+                        reduce_s_per_byte=fit.reduce_s_per_byte,
                     )  # fmt: skip
                     rows.append({"recipe": f"one tensor of {flat}", "scheme": label,
                                  "ranks": ranks, "params": sum(sizes.values()),

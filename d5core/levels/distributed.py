@@ -359,10 +359,13 @@ class CommCost:
     """The predicted communication of one step of a scheme, by a latency-bandwidth model.
 
     A message of ``m`` bytes costs ``L + G*m`` seconds (``L``: latency, ``G``: seconds per
-    byte, both fitted to a ping-pong by ``d5 bench comm --collective pingpong``). The
-    cost of a step is the sum along its critical path: :attr:`messages` latencies and
-    :attr:`critical_bytes` bytes. Schemes that communicate every ``k`` steps give the
-    per-step average, so counts may be fractional.
+    byte, both fitted to a ping-pong by ``d5 bench comm --collective pingpong``); in the
+    rounds of a collective, where two ranks send to each other at once, a byte costs
+    ``Gx`` (fitted to the same run's exchanges), and a reduction adds ``R`` seconds per
+    byte it adds up. The cost of a step is the sum along its critical path:
+    :attr:`messages` latencies, :attr:`critical_bytes` bytes moved and
+    :attr:`reduced_bytes` bytes reduced. Schemes that communicate every ``k`` steps give
+    the per-step average, so counts may be fractional.
     """
 
     #: Latency terms on the critical path per step (messages sent one after another).
@@ -380,16 +383,22 @@ class CommCost:
     algorithm: str
     #: The model in one short line, such as ``"2L log2 P + 2 B G (P-1)/P"``.
     formula: str
+    #: Bytes added up by reductions on the critical path per step (what ``R`` multiplies).
+    reduced_bytes: float = 0.0
+    #: ``reduced_bytes * R``, seconds.
+    reduce_seconds: float = 0.0
 
     @property
     def seconds(self) -> float:
         """Predicted seconds of communication per step."""
-        return self.latency_seconds + self.bandwidth_seconds
+        return self.latency_seconds + self.bandwidth_seconds + self.reduce_seconds
 
     @property
     def bound(self) -> str:
-        """``"bandwidth"`` when the bytes cost more than the latencies, else ``"latency"``."""
-        return "bandwidth" if self.bandwidth_seconds > self.latency_seconds else "latency"
+        """``"bandwidth"`` when the bytes (moved and reduced) cost more than the
+        latencies, else ``"latency"``."""
+        volume = self.bandwidth_seconds + self.reduce_seconds
+        return "bandwidth" if volume > self.latency_seconds else "latency"
 
     @classmethod
     def of(
@@ -402,9 +411,12 @@ class CommCost:
         seconds_per_byte: float,
         algorithm: str,
         formula: str,
+        reduced_bytes: float = 0.0,
+        reduce_s_per_byte: float = 0.0,
     ) -> CommCost:
-        """The cost of ``messages`` latencies and ``critical_bytes`` bytes at ``L`` =
-        ``latency_s`` and ``G`` = ``seconds_per_byte``."""
+        """The cost of ``messages`` latencies, ``critical_bytes`` bytes and
+        ``reduced_bytes`` bytes reduced, at ``L`` = ``latency_s``, ``seconds_per_byte``
+        (``G`` or ``Gx``, whichever the rounds pay) and ``R`` = ``reduce_s_per_byte``."""
         return cls(
             messages=float(messages),
             critical_bytes=float(critical_bytes),
@@ -413,6 +425,8 @@ class CommCost:
             bandwidth_seconds=float(critical_bytes) * float(seconds_per_byte),
             algorithm=algorithm,
             formula=formula,
+            reduced_bytes=float(reduced_bytes),
+            reduce_seconds=float(reduced_bytes) * float(reduce_s_per_byte),
         )
 
 
@@ -543,6 +557,8 @@ class DistributedOptimizer(Optimizer):
         latency_s: float,
         seconds_per_byte: float,
         options: Mapping[str, Any],
+        exchange_s_per_byte: float | None = None,
+        reduce_s_per_byte: float = 0.0,
     ) -> CommCost | None:
         """Predict the communication of one step of this scheme (``d5 model comm``).
 
@@ -556,6 +572,10 @@ class DistributedOptimizer(Optimizer):
         :param seconds_per_byte: ``G``, seconds per byte.
         :param options: the scheme's options as ``--scheme-option`` gives them
             (``compression`` included).
+        :param exchange_s_per_byte: ``Gx``, seconds per byte when two ranks send to each
+            other at once (a collective's rounds, a neighbour exchange); ``None``: ``G``.
+        :param reduce_s_per_byte: ``R``, seconds per byte a reduction inside the
+            communication adds up (0: not counted).
         :return: the cost of one step (averaged over a period for periodic schemes).
         :raises UsageError: one line, for an option the scheme does not take.
         """

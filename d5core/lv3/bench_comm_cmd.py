@@ -138,6 +138,14 @@ def fit_lines(fit: CommFit) -> list[str]:
                 f"{line(segment.latency_s, segment.seconds_per_byte)}; max |residual| "
                 f"{segment.max_abs_residual:.1%} ({residuals(covered, segment.residuals)})"
             )
+    for what, per_byte in (
+        ("both ways at once (Gx, a collective's rounds)", fit.exchange_s_per_byte),
+        ("reduction arithmetic (R, adding two buffers)", fit.reduce_s_per_byte),
+    ):
+        if per_byte > 0:
+            lines.append(
+                f"{what}: {per_byte * 1e12:.2f} ns/KB (= {1 / per_byte / 1e9:.3f} GB/s)"
+            )
     return lines
 
 
@@ -247,7 +255,9 @@ def bench_comm(
 
     With --collective pingpong, rank 0 sends each message to rank 1 and back; a sample
     is half the round trip. The run also stores the fit of t(m) = L + G*m (metrics
-    fit_latency, fit_bandwidth, fit_ns_per_kb, fit_max_residual, fit_residual).
+    fit_latency, fit_bandwidth, fit_ns_per_kb, fit_max_residual, fit_residual), and the
+    time per byte of ranks 0 and 1 sending to each other at once and of adding two
+    buffers (fit_exchange_bandwidth, fit_reduce_bandwidth).
     """
     from d5core.lv3.comm_run import run_comm_sweep, run_launched_rank
     from d5core.lv3.comm_sweep import (

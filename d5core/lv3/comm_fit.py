@@ -16,6 +16,14 @@ sign of a protocol switch (eager to rendezvous) that a single line cannot follow
 those :func:`fit_segments` fits two lines, one each side of the breakpoint that fits
 best, and says which sizes each covers.
 
+Two more figures come with the line, each the time per byte of its own line fitted the
+same way: ``exchange_s_per_byte`` (``Gx``) from ranks 0 and 1 sending to each other at
+once, as every round of an allreduce or allgather does, which on one machine's shared
+memory costs more per byte than one direction at a time; and ``reduce_s_per_byte``
+(``R``) from adding two buffers in place, the arithmetic a reduction adds to its
+messages. Both are 0 in a fit stored without them (models then use ``G`` and no
+arithmetic).
+
 The fit is stored with the run (:func:`store_fit`) and read back by :func:`load_fit`,
 which cost models import.
 """
@@ -62,6 +70,8 @@ FIT_METRICS: dict[str, str] = {
     "fit_ns_per_kb": "ns/KB",
     "fit_max_residual": "",
     "fit_residual": "",
+    "fit_exchange_bandwidth": "GB/s",
+    "fit_reduce_bandwidth": "GB/s",
 }
 
 
@@ -86,6 +96,16 @@ class CommFit:
     residuals: tuple[float, ...]
     #: The stored run the fit came from (``None``: not stored).
     run_id: str | None = None
+    #: ``Gx``: the seconds per byte when two ranks send to each other at once (0: not
+    #: measured; models then take ``G``).
+    exchange_s_per_byte: float = 0.0
+    #: ``R``: the seconds per byte of adding two buffers in place (0: not measured).
+    reduce_s_per_byte: float = 0.0
+
+    @property
+    def exchange_or_p2p_s_per_byte(self) -> float:
+        """``Gx`` when measured, else ``G``: the time per byte of a collective's rounds."""
+        return self.exchange_s_per_byte if self.exchange_s_per_byte > 0 else self.seconds_per_byte
 
     def p2p_seconds(self, nbytes: int) -> float:
         """The predicted one-way seconds of a message of ``nbytes``: ``L + G*nbytes``."""
@@ -113,6 +133,8 @@ class CommFit:
             "residuals": list(self.residuals),
             "max_abs_residual": self.max_abs_residual,
             "run_id": self.run_id,
+            "exchange_s_per_byte": self.exchange_s_per_byte,
+            "reduce_s_per_byte": self.reduce_s_per_byte,
         }
 
     @classmethod
@@ -135,6 +157,8 @@ class CommFit:
                 measured_s=measured,
                 residuals=residuals,
                 run_id=None if run_id is None else str(run_id),
+                exchange_s_per_byte=float(data.get("exchange_s_per_byte", 0.0)),
+                reduce_s_per_byte=float(data.get("reduce_s_per_byte", 0.0)),
             )
         except KeyError as exc:
             raise UsageError(f"a stored fit lacks {exc.args[0]!r}; store it again") from None
@@ -212,11 +236,15 @@ def fit_pingpong(
     communicator: str,
     ranks: int,
     run_id: str | None = None,
+    exchange: tuple[Sequence[int], Sequence[float]] | None = None,
+    reduce: tuple[Sequence[int], Sequence[float]] | None = None,
 ) -> CommFit:
     """Fit ``t(m) = L + G*m`` to one-way times ``seconds`` of messages of ``sizes`` bytes.
 
     ``sizes`` may repeat (every sample given): the fit uses the median per size. It
-    weighs each size's relative error alike (see the module's docstring).
+    weighs each size's relative error alike (see the module's docstring). ``exchange``
+    and ``reduce`` are ``(sizes, seconds)`` of the two other series; the time per byte
+    of each one's own line becomes ``exchange_s_per_byte`` and ``reduce_s_per_byte``.
 
     :raises UsageError: for fewer than 2 distinct sizes, a time that is not positive and
         finite, a negative size, or lengths that differ.
@@ -227,6 +255,10 @@ def fit_pingpong(
     latency, per_byte = fit_line(m, t)
     predicted = latency + per_byte * m
     residuals = predicted / t - 1.0
+    per_byte_of = {}
+    for name, series in (("exchange", exchange), ("reduce", reduce)):
+        if series is not None:
+            per_byte_of[name] = fit_line(*_medians(*series))[1]
     return CommFit(
         communicator=str(communicator),
         latency_s=latency,
@@ -236,6 +268,8 @@ def fit_pingpong(
         measured_s=tuple(float(v) for v in t),
         residuals=tuple(float(r) for r in residuals),
         run_id=run_id,
+        exchange_s_per_byte=float(per_byte_of.get("exchange", 0.0)),
+        reduce_s_per_byte=float(per_byte_of.get("reduce", 0.0)),
     )
 
 
@@ -305,9 +339,10 @@ def store_fit(store: Any, run_id: str, fit: CommFit) -> None:
     """Add ``fit`` to the ``running`` run ``run_id``: the whole fit under the config's
     :data:`FIT_CONFIG_KEY`, and as metrics (:data:`FIT_METRICS`): ``fit_latency`` (µs),
     ``fit_bandwidth`` (``1/G``, GB/s), ``fit_ns_per_kb`` (``G`` as ns per 1000 bytes),
-    ``fit_max_residual`` and one ``fit_residual`` per size (labelled ``bytes``). The
-    config's fit also holds the two segments of :func:`fit_segments` (``segments``),
-    which :meth:`CommFit.from_json` leaves aside."""
+    ``fit_max_residual``, one ``fit_residual`` per size (labelled ``bytes``) and, when
+    measured, ``fit_exchange_bandwidth`` (``1/Gx``) and ``fit_reduce_bandwidth``
+    (``1/R``), GB/s. The config's fit also holds the two segments of
+    :func:`fit_segments` (``segments``), which :meth:`CommFit.from_json` leaves aside."""
     labels = {"communicator": fit.communicator, "ranks": fit.ranks}
     stored = fit_document(fit)
     stored["run_id"] = str(run_id)
@@ -320,6 +355,10 @@ def store_fit(store: Any, run_id: str, fit: CommFit) -> None:
                      unit="ns/KB", better="lower")  # fmt: skip
     store.add_metric(run_id, "fit_max_residual", fit.max_abs_residual, labels=labels,
                      better="lower")  # fmt: skip
+    for name, per_byte in (("fit_exchange_bandwidth", fit.exchange_s_per_byte),
+                           ("fit_reduce_bandwidth", fit.reduce_s_per_byte)):  # fmt: skip
+        if per_byte > 0:
+            store.add_metric(run_id, name, 1.0 / per_byte / 1e9, labels=labels, unit="GB/s")
     for nbytes, residual in zip(fit.sizes, fit.residuals, strict=True):
         store.add_metric(run_id, "fit_residual", residual, labels={**labels, "bytes": nbytes})
 

@@ -86,9 +86,24 @@ def store_comm_run(
             fit = fit_pingpong([int(row["bytes"]) for row in d5],
                                [float(row["median"]) for row in d5],
                                communicator=communicator, ranks=int(d5[0]["ranks"]),
-                               run_id=str(run_id))  # fmt: skip
+                               run_id=str(run_id), exchange=_series(results[0], "exchange"),
+                               reduce=_series(results[0], "reduce"))  # fmt: skip
             store_fit(store, run_id, fit)
     return CommRun(str(run_id), collective, communicator, raw, link_peak, rows, fit)
+
+
+def _series(
+    result: Mapping[str, Any], key: str
+) -> tuple[list[int], list[float]] | None:
+    """Every sample of a ping-pong's series ``key`` (``exchange``, ``reduce``) as
+    ``(sizes, seconds)``, a size repeated per sample; ``None`` when the sweep has none."""
+    sizes: list[int] = []
+    seconds: list[float] = []
+    for size in result["sizes"]:
+        for value in size.get(key) or ():
+            sizes.append(int(size["bytes"]))
+            seconds.append(float(value))
+    return (sizes, seconds) if len({*sizes}) >= 2 else None
 
 
 def run_comm_sweep(

@@ -15,8 +15,13 @@ The point-to-point sweep (``pingpong``) is timed the same way, except that only 
 0 and 1 exchange messages (the others meet the barrier and wait): rank 0 sends the
 buffer to rank 1, which sends it back, and a sample is half of rank 0's round trip (the
 one-way time). Its bytes are the message's, exactly what the communicator counts for a
-send (checked on both ranks), and its bandwidth is that over the one-way time. The
-stored run also holds the fit of ``t(m) = L + G*m`` (:mod:`d5core.lv3.comm_fit`).
+send (checked on both ranks), and its bandwidth is that over the one-way time. Two more
+series, per size, feed the cost models: the **exchange**, ranks 0 and 1 sending the
+buffer to each other at once (``neighbor_exchange``; a sample is the slower rank's time),
+as the rounds of a collective do, and the **reduction**, rank 0 adding two buffers of
+the size in place (numpy), the arithmetic an allreduce adds to its messages. The stored
+run also holds the fit of ``t(m) = L + G*m`` and of the two series' time per byte
+(:mod:`d5core.lv3.comm_fit`).
 
 Bandwidths follow nccl-tests (``docs/distributed.md``): the algorithm bandwidth is the
 collective's data size (:func:`data_bytes`) over the median time, and the bus bandwidth
@@ -326,6 +331,45 @@ def _check_counted(comm: Any, before: Mapping[str, Any], nbytes: int, messages: 
             )
 
 
+def _exchange_samples(
+    comm: Any, nbytes: int, count: int, progress: Callable[[], None]
+) -> list[float]:
+    """``count`` samples of ranks 0 and 1 sending a buffer of ``nbytes`` to each other at
+    once (d5's ``neighbor_exchange``); a sample is the slower rank's seconds. Other
+    ranks meet the barriers only."""
+    rank = comm.rank
+    buf = np.ones(nbytes // np.dtype(DTYPE).itemsize, dtype=DTYPE)
+    local = np.zeros(count, dtype=np.float64)
+    for i in range(_WARMUP + count):
+        comm.barrier()
+        t0 = _clock()
+        if rank < 2:
+            comm.neighbor_exchange(buf, [1 - rank])
+        dt = _clock() - t0
+        if i >= _WARMUP:
+            local[i - _WARMUP] = dt / 1e9 if rank < 2 else 0.0
+        progress()
+    return [float(v) for v in np.asarray(comm.allreduce(local, "max"))]
+
+
+def _reduce_samples(comm: Any, nbytes: int, count: int) -> list[float]:
+    """``count`` samples of adding two buffers of ``nbytes`` in place (numpy, one
+    thread's loop), on rank 0: the arithmetic of a reduction, without messages. Empty
+    on other ranks (rank 0's result is the one kept)."""
+    if comm.rank != 0:
+        return []
+    n = nbytes // np.dtype(DTYPE).itemsize
+    into, other = np.ones(n, dtype=DTYPE), np.ones(n, dtype=DTYPE)
+    out = []
+    for i in range(_WARMUP + count):
+        t0 = _clock()
+        np.add(into, other, out=into)
+        dt = _clock() - t0
+        if i >= _WARMUP:
+            out.append(max(dt, 1) / 1e9)  # a clock that did not move: one nanosecond
+    return out
+
+
 def rank_sweep(
     comm: Any, settings: SweepSettings, progress: Callable[[], None] = lambda: None
 ) -> dict[str, Any]:
@@ -334,7 +378,9 @@ def rank_sweep(
     :param progress: called after every round (a heartbeat for the parent's watchdog).
     :return: on every rank, ``{"ranks", "communicator", "raw", "sizes": [{"bytes",
         "samples": {"d5": [...], "raw": [...]}}]}``; ``"raw"`` is whether the library's
-        own call was timed (only ``"d5"`` samples when not).
+        own call was timed (only ``"d5"`` samples when not). A ping-pong's sizes also
+        hold ``"exchange"`` (seconds, every rank) and ``"reduce"`` (seconds, rank 0's;
+        empty on other ranks).
     :raises CheckFailed: for a ping-pong whose bytes the communicator counted wrong.
     """
     collective = settings.collective
@@ -350,9 +396,13 @@ def rank_sweep(
         count = settings.samples_of(nbytes)
         before = comm.counters()
         local = _sample(comm, calls, nbytes, count, progress)
-        if pingpong:
+        if pingpong:  # before anything else moves bytes
             _check_counted(comm, before, nbytes, _WARMUP + count)
-        sizes.append({"bytes": nbytes, "samples": _combine(comm, local, pingpong)})
+        entry: dict[str, Any] = {"bytes": nbytes, "samples": _combine(comm, local, pingpong)}
+        if pingpong:
+            entry["exchange"] = _exchange_samples(comm, nbytes, count, progress)
+            entry["reduce"] = _reduce_samples(comm, nbytes, count)
+        sizes.append(entry)
     return {
         "ranks": int(comm.size),
         "communicator": str(getattr(comm, "name", "") or type(comm).__name__),

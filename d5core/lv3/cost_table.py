@@ -67,8 +67,10 @@ class CostRow:
         """The row as a JSON-ready dict (seconds per step, its parts, bytes, algorithm)."""
         c = self.cost
         return {"ranks": self.ranks, "seconds": c.seconds, "latency_seconds": c.latency_seconds,
-                "bandwidth_seconds": c.bandwidth_seconds, "messages": c.messages,
-                "critical_bytes": c.critical_bytes, "bytes_sent": c.bytes_sent,
+                "bandwidth_seconds": c.bandwidth_seconds,
+                "reduce_seconds": c.reduce_seconds, "messages": c.messages,
+                "critical_bytes": c.critical_bytes, "reduced_bytes": c.reduced_bytes,
+                "bytes_sent": c.bytes_sent,
                 "bound": c.bound, "algorithm": c.algorithm, "formula": c.formula}  # fmt: skip
 
 
@@ -186,7 +188,8 @@ def cost_rows(
     fit: CommFit,
     options: Mapping[str, Any],
 ) -> list[CostRow]:
-    """The scheme's cost per step at each rank count, with ``fit``'s ``L`` and ``G``."""
+    """The scheme's cost per step at each rank count, with ``fit``'s ``L``, ``G``, ``Gx``
+    and ``R`` (``Gx`` and ``R`` when the fit measured them)."""
     if itemsize <= 0:
         raise UsageError(f"--itemsize {itemsize}: give the bytes per parameter, 1 or more")
     rows = []
@@ -194,6 +197,8 @@ def cost_rows(
         cost = scheme.communication_cost(
             ranks=n, params=params.for_model(), itemsize=itemsize, latency_s=fit.latency_s,
             seconds_per_byte=fit.seconds_per_byte, options=dict(options),
+            exchange_s_per_byte=fit.exchange_or_p2p_s_per_byte,
+            reduce_s_per_byte=fit.reduce_s_per_byte,
         )  # fmt: skip
         if cost is None:
             raise UsageError(f"scheme {scheme.name!r} gave no cost for {n} ranks")
@@ -213,6 +218,7 @@ def draw_costs(rows: Sequence[CostRow], title: str, path: Path) -> Path:
         ("total", [r.cost.seconds for r in rows], "-o"),
         ("latency part", [r.cost.latency_seconds for r in rows], "--"),
         ("bandwidth part", [r.cost.bandwidth_seconds for r in rows], ":"),
+        ("reduction part", [r.cost.reduce_seconds for r in rows], "-."),
     ):
         shown = [(n, v * 1e3) for n, v in zip(ranks, values, strict=True) if v > 0]
         if shown:

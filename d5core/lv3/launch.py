@@ -258,8 +258,10 @@ def rank_launcher(communicator: str | None = None) -> RankLauncher:
     if launcher is None and communicator is None:
         installed = installed_communicators()
         if len(installed) == 1:  # no default launcher, but one communicator: its own
-            return rank_launcher(installed[0])
-        raise UsageError(NO_COMMUNICATION_PLUGIN)
+            launcher = get_plugin_manager().hook.d5_rank_launcher(communicator=installed[0])
+        if launcher is None:
+            raise UsageError(NO_COMMUNICATION_PLUGIN)
+        return launcher  # type: ignore[no-any-return]
     if launcher is None:
         raise UsageError(
             f"no installed plugin launches ranks for the {communicator!r} communicator; "

@@ -38,22 +38,27 @@ def fit_line(fit: CommFit) -> str:
     return (
         f"fit: run {fit.run_id} ({fit.communicator}, {fit.ranks} ranks): "
         f"L = {fit.latency_s * 1e6:.3g} µs, G = {fit.seconds_per_byte * 1e9:.4g} ns/B "
-        f"(1/G = {bandwidth}), max |residual| {fit.max_abs_residual:.0%}"
-    )
+        f"(1/G = {bandwidth}), max |residual| {fit.max_abs_residual:.0%}; "
+        + (f"Gx = {fit.exchange_s_per_byte * 1e9:.4g} ns/B both ways at once"
+           if fit.exchange_s_per_byte > 0 else "Gx not measured (G used)")
+        + (f", R = {fit.reduce_s_per_byte * 1e9:.4g} ns/B reduced"
+           if fit.reduce_s_per_byte > 0 else ", R not measured (reductions not counted)")
+    )  # fmt: skip
 
 
 def _table(rows: list[CostRow]) -> Table:
     table = Table(show_header=True)
-    columns = ("ranks", "per step (ms)", "latency part (ms)", "bandwidth part (ms)", "messages",
-               "critical bytes", "bytes sent per rank", "bound", "algorithm")  # fmt: skip
+    columns = ("ranks", "per step (ms)", "latency part (ms)", "bandwidth part (ms)",
+               "reduction part (ms)", "messages", "critical bytes", "bytes sent per rank",
+               "bound", "algorithm")  # fmt: skip
     for column in columns:
         table.add_column(column, justify="left" if column in ("bound", "algorithm") else "right")
     for row in rows:
         c = row.cost
         table.add_row(
             str(row.ranks), _ms(c.seconds), _ms(c.latency_seconds), _ms(c.bandwidth_seconds),
-            f"{c.messages:.4g}", _bytes(c.critical_bytes), _bytes(c.bytes_sent), c.bound,
-            c.algorithm,
+            _ms(c.reduce_seconds), f"{c.messages:.4g}", _bytes(c.critical_bytes),
+            _bytes(c.bytes_sent), c.bound, c.algorithm,
         )  # fmt: skip
     return table
 
@@ -109,9 +114,10 @@ def model_comm(
     """Predict a scheme's communication time per step from a fitted L and G.
 
     The scheme's cost model (docs/comm-models.md) counts the messages and bytes on the
-    critical path of one step; each message costs L + G*bytes, with L and G fitted to
-    a stored ping-pong (d5 bench comm --collective pingpong; --fit picks the run).
-    Prints a row per rank count: seconds per step, its latency and bandwidth parts, the
+    critical path of one step; each message costs L + G*bytes (Gx when two ranks send
+    to each other at once) and each byte a reduction adds up R, all fitted to a stored
+    ping-pong (d5 bench comm --collective pingpong; --fit picks the run). Prints a row
+    per rank count: seconds per step, its latency, bandwidth and reduction parts, the
     bytes each rank sends and the algorithm assumed. Exits 2 for bad input.
     """
     from d5core.lv3.comm_fit import load_fit

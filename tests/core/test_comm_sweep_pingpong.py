@@ -40,6 +40,7 @@ class Job:
         self.barrier = threading.Barrier(size, timeout=30)
         self.boxes = {(s, d): queue.Queue() for s in range(size) for d in range(size)}
         self.slot: list[np.ndarray] = []
+        self.pool: dict[int, np.ndarray] = {}
 
 
 class ThreadRank(SingleProcessCommunicator):
@@ -71,6 +72,26 @@ class ThreadRank(SingleProcessCommunicator):
         out = np.array(self.job.slot[0], copy=True)
         self.job.barrier.wait()
         return out
+
+    def allreduce(self, array: np.ndarray, op: str = "sum") -> np.ndarray:
+        self.job.pool[self.rank] = np.array(array, copy=True)
+        self.job.barrier.wait()
+        stack = np.stack([self.job.pool[r] for r in range(self.size)])
+        out = stack.max(axis=0) if op == "max" else stack.sum(axis=0)
+        self.job.barrier.wait()
+        return out
+
+    def neighbor_exchange(
+        self, array: np.ndarray, neighbors: Sequence[int]
+    ) -> dict[int, np.ndarray]:
+        t0 = time.perf_counter_ns()
+        peers = sorted(set(neighbors))
+        for k in peers:
+            self.job.boxes[(self.rank, k)].put(np.array(array, copy=True))
+        got = {k: self.job.boxes[(k, self.rank)].get(timeout=30) for k in peers}
+        self._record("neighbor_exchange", array.nbytes * len(peers),
+                     array.nbytes * len(peers), t0)  # fmt: skip
+        return got
 
     def send(self, array: np.ndarray, dest: int, tag: int = 0) -> None:
         self.job.boxes[(self.rank, dest)].put(np.array(array, copy=True))
@@ -147,10 +168,15 @@ def test_a_sample_is_half_of_rank_0s_round_trip(thread_clock):
         t.start()
     for t in threads:
         t.join(60)
-    assert out[0] == out[1] and out[0]["raw"] is True
-    for size in out[0]["sizes"]:
+    assert out[0]["raw"] is True
+    for mine, theirs in zip(out[0]["sizes"], out[1]["sizes"], strict=True):
         # rank 0's clock: 1000 ns a round trip, 500 ns one way (not rank 1's 3500)
-        assert size["samples"] == {"d5": [500e-9] * 3, "raw": [500e-9] * 3}
+        assert mine["samples"] == theirs["samples"] == {"d5": [500e-9] * 3,
+                                                        "raw": [500e-9] * 3}  # fmt: skip
+        # the exchange: the slower rank's time, rank 1's 7000 ns, on every rank
+        assert mine["exchange"] == theirs["exchange"] == [7000e-9] * 3
+        # the reduction: rank 0's own time; other ranks keep none
+        assert (mine["reduce"], theirs["reduce"]) == ([1000e-9] * 3, [])
 
 
 def test_each_message_moves_and_counts_its_bytes_and_idle_ranks_wait():
@@ -158,15 +184,21 @@ def test_each_message_moves_and_counts_its_bytes_and_idle_ranks_wait():
     settings = SweepSettings(PINGPONG, sizes, samples=4)
     out = _run_job(3, settings)
     results = {r: out[r][0] for r in range(3)}
+    for r in range(3):
+        for size in results[r]["sizes"]:
+            assert bool(size.pop("reduce")) is (r == 0)  # rank 0's alone
     assert results[0] == results[1] == results[2]
     assert [s["bytes"] for s in results[0]["sizes"]] == list(sizes)
     rounds = comm_sweep._WARMUP + 4
     for rank in (0, 1):
         counters = out[rank][1]
         assert counters["calls"]["send"] == counters["calls"]["recv"] == rounds * len(sizes)
-    for rank in (0, 1):
-        assert out[rank][1]["bytes_sent"] == out[rank][1]["bytes_received"] == rounds * sum(sizes)
+    for rank in (0, 1):  # each size's messages, there and back, then its exchanges
+        counters = out[rank][1]
+        assert counters["calls"]["neighbor_exchange"] == rounds * len(sizes)
+        assert counters["bytes_sent"] == counters["bytes_received"] == 2 * rounds * sum(sizes)
     assert "send" not in out[2][1]["calls"]  # rank 2 only met the barriers
+    assert "neighbor_exchange" not in out[2][1]["calls"]
     for size in results[0]["sizes"]:
         assert all(v > 0 for impl in ("d5", "raw") for v in size["samples"][impl])
 

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
@@ -34,13 +35,17 @@ class RingModel(DistributedOptimizer):
     def communication_cost(
         cls, *, ranks: int, params: int | Mapping[str, int], itemsize: int, latency_s: float,
         seconds_per_byte: float, options: Mapping[str, Any],
+        exchange_s_per_byte: float | None = None, reduce_s_per_byte: float = 0.0,
     ) -> CommCost:  # fmt: skip
         total = params if isinstance(params, int) else sum(params.values())
         chunk = total * itemsize / ranks
+        both_ways = seconds_per_byte if exchange_s_per_byte is None else exchange_s_per_byte
         return CommCost.of(
             messages=2 * (ranks - 1), critical_bytes=2 * (ranks - 1) * chunk,
             bytes_sent=2 * (ranks - 1) * chunk, latency_s=latency_s,
-            seconds_per_byte=seconds_per_byte, algorithm="ring", formula="2(P-1)(L + G B/P)",
+            seconds_per_byte=both_ways, algorithm="ring",
+            formula="2(P-1)(L + Gx B/P) + (P-1) R B/P",
+            reduced_bytes=(ranks - 1) * chunk, reduce_s_per_byte=reduce_s_per_byte,
         )  # fmt: skip
 
 
@@ -137,6 +142,17 @@ def test_rows_use_the_fits_latency_and_time_per_byte() -> None:
     doc = rows[1].to_json()
     assert doc["ranks"] == 4 and doc["algorithm"] == "ring" and doc["bound"] == "bandwidth"
     assert doc["seconds"] == pytest.approx(doc["latency_seconds"] + doc["bandwidth_seconds"])
+    assert doc["reduce_seconds"] == 0 and doc["reduced_bytes"] == 3e6
+
+
+def test_rows_take_the_exchanges_time_per_byte_and_the_reduction_when_the_fit_has_them():
+    measured = dataclasses.replace(FIT, exchange_s_per_byte=2e-10, reduce_s_per_byte=5e-11)
+    rows = cost_rows(RingModel, [4], parse_params("1M"), 4, measured, {})
+    # 6 messages of 1 MB at Gx, and 3 MB added up at R
+    assert rows[0].cost.seconds == pytest.approx(6 * 5e-6 + 6e6 * 2e-10 + 3e6 * 5e-11)
+    assert rows[0].cost.reduce_seconds == pytest.approx(3e6 * 5e-11)
+    # a fit stored before Gx was measured: the rounds cost G
+    assert FIT.exchange_or_p2p_s_per_byte == FIT.seconds_per_byte
 
 
 def test_the_plot_is_a_png(tmp_path) -> None:

@@ -46,7 +46,7 @@ def test_a_series_of_rank_counts_prints_a_row_each(run_d5, fitted, tmp_path) -> 
     assert all("Rabenseifner" in r[-2] and "bandwidth" in r[-3] for r in rows)
     # 2 ranks, B = 400 MB: 2L + B G
     assert float(rows[0][2]) == pytest.approx((2 * L + 4e8 * G) * 1e3, rel=1e-3)
-    assert "model: 2 L log2 P + 2 B G (P-1)/P" in out
+    assert "model: 2 L log2 P + 2 B Gx (P-1)/P + B R (P-1)/P" in out
     assert png.read_bytes()[:4] == b"\x89PNG"
 
 

@@ -19,7 +19,7 @@ from d5_plugin_mpi import launch
 
 from d5core.api import UsageError
 
-RECIPE = Path(__file__).resolve().parents[3] / "recipes" / "digits-mlp.toml"
+RECIPE = Path(__file__).resolve().parents[3] / "recipes" / "synthetic-cnn.toml"
 #: Each rank reports where Hydra says it runs, what the plugin detects and a sum.
 WORKER = """
 import json, os, sys

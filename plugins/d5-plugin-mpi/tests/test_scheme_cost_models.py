@@ -144,11 +144,40 @@ def test_compressed_allreduce_counts_two_allgathers_per_payload_array() -> None:
 
 
 def test_allgather_takes_mpichs_algorithm_by_size() -> None:
-    assert allgather_rounds(1000, 4) == (2, 3000, "recursive doubling")
-    assert allgather_rounds(200_000, 4) == (3, 600_000, "ring")  # 800 kB gathered
-    assert allgather_rounds(1000, 6) == (3, 5000, "Bruck")
-    assert allgather_rounds(20_000, 6) == (5, 100_000, "ring")  # 120 kB gathered
-    assert allreduce_rounds(8, 2, 4) == (2, 16, "recursive doubling")  # 8 bytes
+    assert allgather_rounds(1000, 4) == (2, 3000, "recursive doubling", 0)
+    assert allgather_rounds(200_000, 4) == (3, 600_000, "ring", 0)  # 800 kB gathered
+    assert allgather_rounds(1000, 6) == (3, 5000, "Bruck", 0)
+    assert allgather_rounds(20_000, 6) == (5, 100_000, "ring", 0)  # 120 kB gathered
+    assert allreduce_rounds(8, 2, 4) == (2, 16, "recursive doubling", 16)  # 8 bytes
+    # Rabenseifner on 4 ranks adds up 3/4 of the buffer; on 6, the 4 ranks of the
+    # power of two do the same after a partner's fold has added all of it
+    assert allreduce_rounds(4000, 1000, 4).reduced == 3000
+    assert allreduce_rounds(4000, 1000, 6).reduced == 3000 + 4000
+
+
+def test_collective_rounds_cost_gx_a_byte_and_reductions_r() -> None:
+    gx, r = 3e-9, 5e-10
+
+    def both(name: str, ranks: int, params: Any, **options: Any) -> CommCost:
+        got = schemes.SCHEMES[name].communication_cost(
+            ranks=ranks, params=params, itemsize=4, latency_s=L, seconds_per_byte=G,
+            options=options, exchange_s_per_byte=gx, reduce_s_per_byte=r,
+        )  # fmt: skip
+        assert got is not None
+        return got
+
+    # 2 ranks, 1000 float32: Rabenseifner moves 4000 bytes at Gx and adds up 2000 at R
+    c = both("allreduce", 2, 1000)
+    assert c.seconds == pytest.approx(2 * L + 4000 * gx + 2000 * r)
+    assert (c.reduced_bytes, c.reduce_seconds) == (2000, pytest.approx(2000 * r))
+    assert both("model-averaging", 2, 1000, period=4).seconds == pytest.approx(c.seconds / 4)
+    assert both("dpsgd", 2, 1000).seconds == pytest.approx(L + 4000 * gx)  # no reduction
+    signed = both("allreduce", 2, {"w": 80}, compression={"name": "sign"})
+    assert signed.seconds == pytest.approx(4 * L + 270 * gx)
+    # a parameter server's messages go one way at a time: G, and its sum is numpy's
+    ps = both("parameter-server", 2, 1000)
+    assert ps.seconds == pytest.approx(cost("parameter-server", 2, 1000).seconds)
+    assert ps.reduce_seconds == 0
 
 
 def test_parameter_server_hand_computed_cases() -> None:

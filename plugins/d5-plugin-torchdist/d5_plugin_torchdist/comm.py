@@ -29,7 +29,6 @@ from typing import Any, ClassVar, NamedTuple
 import numpy as np
 import torch
 import torch.distributed as dist
-from torch._C._distributed_c10d import HashStore
 
 from d5core.api import (
     ANY_SOURCE,
@@ -64,7 +63,8 @@ RANK_SOURCES: tuple[tuple[str, str], ...] = (
     ("RANK", "WORLD_SIZE"),
     ("PMI_RANK", "PMI_SIZE"),
     ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
-    ("SLURM_PROCID", "SLURM_NTASKS"),
+    ("SLURM_PROCID", "SLURM_STEP_NUM_TASKS"),  # a job step's tasks (srun) ...
+    ("SLURM_PROCID", "SLURM_NTASKS"),  # ... else the job's
 )
 #: How long joining the group may take before gloo gives up (d5's watchdog usually
 #: stops a stuck job first).
@@ -135,7 +135,7 @@ def _join(where: Rendezvous) -> None:
     when the process exits (gloo may abort a process that exits with its group alive)."""
     atexit.register(_leave)
     if where.size == 1:
-        store = HashStore()  # in memory: no address needed
+        store = dist.HashStore()  # type: ignore[attr-defined]  # in memory: no address
         dist.init_process_group("gloo", store=store, rank=0, world_size=1)
         return
     # env:// reads MASTER_ADDR/MASTER_PORT and, under torchrun, joins the agent's store.

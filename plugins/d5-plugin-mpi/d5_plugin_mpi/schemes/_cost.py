@@ -1,17 +1,20 @@
 """The latency-bandwidth cost of the MPI calls the schemes make, as MPICH runs them.
 
 A message of ``m`` bytes costs ``L + G*m``. A collective's cost is that of the rounds on
-its critical path: each round one message per rank, sent and received at once (links
-are full duplex). The algorithms are those of MPICH's default selection
-(``maint/tuning/coll/mpir/generic.json``; Thakur, Rabenseifner and Gropp, "Optimization
-of collective communication operations in MPICH", 2005):
+its critical path: each round one message per rank, sent and received at once, so its
+bytes cost ``Gx`` each, the time per byte of two ranks sending to each other at once
+(on one machine's shared memory about twice ``G``: both ranks copy through one memory
+system); the bytes an allreduce adds up cost ``R`` each. The algorithms are those of
+MPICH's default selection (``maint/tuning/coll/mpir/generic.json``; Thakur, Rabenseifner
+and Gropp, "Optimization of collective communication operations in MPICH", 2005):
 
 - ``MPI_Allreduce``: recursive doubling when the buffer is at most 8 bytes or has fewer
   elements than ``p2``, the largest power of two not above ``P``; otherwise
   Rabenseifner's algorithm, a reduce-scatter by recursive halving and an allgather by
   recursive doubling. When ``P`` is not a power of two, ``P - p2`` ranks first hand
   their whole buffer to a partner and get the result back at the end (two more rounds
-  of ``B`` bytes). The time of the reduction arithmetic itself is not modelled.
+  of ``B`` bytes). Rabenseifner's reduce-scatter adds up ``B (p2-1)/p2`` bytes on the
+  critical path, recursive doubling ``B`` a round, a partner's fold ``B``.
 - ``MPI_Allgather``: with ``P`` a power of two, recursive doubling below 512 KiB of
   gathered result, the ring above; otherwise Bruck's algorithm below 80 KiB, the ring
   above. Every one moves ``(P-1) b`` bytes into each rank; they differ in rounds.
@@ -49,11 +52,13 @@ ALLGATHER_RING_FROM_OTHER = 81920
 
 
 class Rounds(NamedTuple):
-    """Rounds (latency terms) and bytes on the critical path of one call."""
+    """Rounds (latency terms), bytes moved and bytes reduced on the critical path of one
+    call."""
 
     messages: float
     nbytes: float
     algorithm: str
+    reduced: float = 0.0
 
 
 def pow2_below(ranks: int) -> int:
@@ -68,10 +73,13 @@ def allreduce_rounds(nbytes: int, count: int, ranks: int) -> Rounds:
     p2 = pow2_below(ranks)
     steps = p2.bit_length() - 1  # log2 p2
     extra = 2 if ranks > p2 else 0  # hand the buffer to a partner and back
+    fold = nbytes if extra else 0  # the partner adds the buffer it was handed
     if nbytes <= 8 or count < p2:
-        return Rounds(steps + extra, (steps + extra) * nbytes, "recursive doubling")
+        return Rounds(steps + extra, (steps + extra) * nbytes, "recursive doubling",
+                      steps * nbytes + fold)  # fmt: skip
     halves = 2 * (p2 - 1) * nbytes / p2  # reduce-scatter + allgather, each (p2-1)/p2 B
-    return Rounds(2 * steps + extra, halves + extra * nbytes, "Rabenseifner")
+    return Rounds(2 * steps + extra, halves + extra * nbytes, "Rabenseifner",
+                  (p2 - 1) * nbytes / p2 + fold)  # fmt: skip
 
 
 def allgather_rounds(piece: int, ranks: int) -> Rounds:

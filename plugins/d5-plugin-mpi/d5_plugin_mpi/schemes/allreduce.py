@@ -92,11 +92,16 @@ class AllreduceOptimizer(Scheme):
         latency_s: float,
         seconds_per_byte: float,
         options: Mapping[str, Any],
+        exchange_s_per_byte: float | None = None,
+        reduce_s_per_byte: float = 0.0,
     ) -> CommCost:
         """One allreduce of the ``B``-byte gradient as MPICH runs it (Rabenseifner:
-        ``2 L log2 P + 2 B G (P-1)/P``; recursive doubling for tiny buffers); compressed,
-        two allgathers (shape header and payload) per payload array of each parameter."""
+        ``2 L log2 P + 2 B Gx (P-1)/P + B R (P-1)/P``; recursive doubling for tiny
+        buffers); compressed, two allgathers (shape header and payload) per payload
+        array of each parameter (their rounds at ``Gx``; the decompression and the sum
+        happen outside the communication)."""
         opts = check_model_options(cls.name, options, cls.option_defaults, True)
+        both_ways = seconds_per_byte if exchange_s_per_byte is None else exchange_s_per_byte
         sizes = param_sizes(params)
         compressor = make_compressor(opts.get("compression"))
         if ranks <= 1:
@@ -105,17 +110,18 @@ class AllreduceOptimizer(Scheme):
             count = sum(sizes)
             nbytes = count * itemsize
             r = allreduce_rounds(nbytes, count, ranks)
-            extra = " + 2 (L + B G)" if ranks & (ranks - 1) else ""
+            extra = " + 2 (L + B Gx) + B R" if ranks & (ranks - 1) else ""
             formula = (
-                f"(L + B G) log2 P{extra}"
+                f"(L + B Gx + B R) log2 P{extra}"
                 if r.algorithm == "recursive doubling"
-                else f"2 L log2 P + 2 B G (P-1)/P{extra}"
+                else f"2 L log2 P + 2 B Gx (P-1)/P + B R (P-1)/P{extra}"
             )
             return CommCost.of(
                 messages=r.messages, critical_bytes=r.nbytes,
                 bytes_sent=collective_bytes("allreduce", nbytes, ranks, 0)[0],
-                latency_s=latency_s, seconds_per_byte=seconds_per_byte,
+                latency_s=latency_s, seconds_per_byte=both_ways,
                 algorithm=r.algorithm, formula=formula,
+                reduced_bytes=r.reduced, reduce_s_per_byte=reduce_s_per_byte,
             )  # fmt: skip
         messages = critical = sent = 0.0
         algorithms: list[str] = []
@@ -130,7 +136,7 @@ class AllreduceOptimizer(Scheme):
                         algorithms.append(r.algorithm)
         return CommCost.of(
             messages=messages, critical_bytes=critical, bytes_sent=sent,
-            latency_s=latency_s, seconds_per_byte=seconds_per_byte,
+            latency_s=latency_s, seconds_per_byte=both_ways,
             algorithm=f"{compressor.name} allgather ({', '.join(algorithms)})",
-            formula="sum over payload arrays a of 2 allgathers: rounds L + (P-1)(b_a + 128) G",
+            formula="sum over payload arrays a of 2 allgathers: rounds L + (P-1)(b_a + 128) Gx",
         )  # fmt: skip

@@ -101,6 +101,8 @@ class AsyncParameterServerOptimizer(Scheme):
         latency_s: float,
         seconds_per_byte: float,
         options: Mapping[str, Any],
+        exchange_s_per_byte: float | None = None,
+        reduce_s_per_byte: float = 0.0,
     ) -> CommCost:
         """The server's step: for each of the ``P-1`` workers in turn, receive its
         ``B``-byte gradient, then send it the parameters: ``2 (P-1) (L + B G)``."""

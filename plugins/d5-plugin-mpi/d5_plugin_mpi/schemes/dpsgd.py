@@ -67,9 +67,12 @@ class DPSGDOptimizer(Scheme):
         latency_s: float,
         seconds_per_byte: float,
         options: Mapping[str, Any],
+        exchange_s_per_byte: float | None = None,
+        reduce_s_per_byte: float = 0.0,
     ) -> CommCost:
         """The ``B``-byte parameters to and from each of the ``d`` distinct ring
-        neighbours (1 on two ranks, else 2): ``d (L + B G)``, whatever ``P``."""
+        neighbours (1 on two ranks, else 2), sent both ways at once: ``d (L + B Gx)``,
+        whatever ``P`` (the average happens outside the communication)."""
         check_model_options(cls.name, options, cls.option_defaults, False)
         if ranks <= 1:
             return one_rank()
@@ -77,6 +80,8 @@ class DPSGDOptimizer(Scheme):
         d = 1 if ranks == 2 else 2
         return CommCost.of(
             messages=d, critical_bytes=d * nbytes, bytes_sent=d * nbytes,
-            latency_s=latency_s, seconds_per_byte=seconds_per_byte,
-            algorithm="ring neighbour exchange", formula="d (L + B G), d = min(2, P-1)",
+            latency_s=latency_s,
+            seconds_per_byte=seconds_per_byte if exchange_s_per_byte is None
+            else exchange_s_per_byte,
+            algorithm="ring neighbour exchange", formula="d (L + B Gx), d = min(2, P-1)",
         )  # fmt: skip

@@ -74,9 +74,12 @@ class ModelAveragingOptimizer(Scheme):
         latency_s: float,
         seconds_per_byte: float,
         options: Mapping[str, Any],
+        exchange_s_per_byte: float | None = None,
+        reduce_s_per_byte: float = 0.0,
     ) -> CommCost:
         """One allreduce of the ``B``-byte parameters every ``k`` = ``period`` steps, as
-        MPICH runs it, averaged per step: ``(2 L log2 P + 2 B G (P-1)/P) / k``."""
+        MPICH runs it, averaged per step: ``(2 L log2 P + 2 B Gx (P-1)/P + B R (P-1)/P)
+        / k``."""
         opts = check_model_options(cls.name, options, cls.option_defaults, False)
         period = positive_int(cls.name, "period", opts["period"])
         if ranks <= 1:
@@ -85,14 +88,17 @@ class ModelAveragingOptimizer(Scheme):
         nbytes = count * itemsize
         r = allreduce_rounds(nbytes, count, ranks)
         inner = (
-            "(L + B G) log2 P" if r.algorithm == "recursive doubling"
-            else "2 L log2 P + 2 B G (P-1)/P"
+            "(L + B Gx + B R) log2 P" if r.algorithm == "recursive doubling"
+            else "2 L log2 P + 2 B Gx (P-1)/P + B R (P-1)/P"
         )  # fmt: skip
         return CommCost.of(
             messages=r.messages / period, critical_bytes=r.nbytes / period,
             bytes_sent=collective_bytes("allreduce", nbytes, ranks, 0)[0] / period,
-            latency_s=latency_s, seconds_per_byte=seconds_per_byte,
+            latency_s=latency_s,
+            seconds_per_byte=seconds_per_byte if exchange_s_per_byte is None
+            else exchange_s_per_byte,
             algorithm=f"{r.algorithm} every {period} step{'s' if period > 1 else ''}",
-            formula=f"({inner}) / k" + (" (+ 2 (L + B G) for P not a power of 2)"
+            formula=f"({inner}) / k" + (" (+ 2 (L + B Gx) + B R for P not a power of 2)"
                                         if ranks & (ranks - 1) else ""),
+            reduced_bytes=r.reduced / period, reduce_s_per_byte=reduce_s_per_byte,
         )  # fmt: skip

@@ -145,6 +145,8 @@ class ParameterServerOptimizer(Scheme):
         latency_s: float,
         seconds_per_byte: float,
         options: Mapping[str, Any],
+        exchange_s_per_byte: float | None = None,
+        reduce_s_per_byte: float = 0.0,
     ) -> CommCost:
         """Push and pull as :meth:`scheme_step` orders them, shards of ``B/s`` bytes.
 
