@@ -240,7 +240,8 @@ def _rank_argv(
     default=None,
     metavar="NAME",
     help="With --ranks: the d5.communication entry the ranks use, started by the launcher "
-    "its plugin offers (default: mpi's mpiexec; gloo: torchrun).",
+    "its plugin offers (default: mpi's mpiexec; gloo: torchrun); under an outside "
+    "launcher, the one this rank uses.",
 )
 @click.option(
     "--rank-timeout",
@@ -318,16 +319,18 @@ def run(
     )
 
     if communicator is not None:
-        if ranks is None or ranks < 2:
-            raise UsageError("--communicator needs --ranks N with N > 1")
         check_communicator_name(communicator)
-
     dist_args: dict[str, Any] = {
         "scheme": scheme or DEFAULT_SCHEME,
         "scheme_options": parse_scheme_options(scheme_options),
         "global_batch": global_batch,
     }
     ctx = RankContext.from_environment() if ranks is None or ranks > 1 else None
+    if communicator is not None and (ctx is None and (ranks is None or ranks < 2)):
+        raise UsageError(
+            "--communicator needs --ranks N with N > 1, or a launcher that started this "
+            "process as one of several ranks"
+        )
     if ctx is not None:
         if ranks is not None and ranks != ctx.size:
             raise UsageError(f"--ranks {ranks} but the launcher started {ctx.size} ranks")

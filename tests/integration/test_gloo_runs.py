@@ -62,15 +62,20 @@ def test_digits_over_gloo_stores_what_the_same_run_over_mpi_stores(tmp_path, d5_
     assert over_gloo == over_mpi
 
 
-def test_under_an_outside_mpiexec_the_ranks_meet_over_gloo(tmp_path, d5_ranks, mpi_env):
+@pytest.mark.parametrize("chosen_by", ["variable", "option"])
+def test_under_an_outside_mpiexec_the_ranks_meet_over_gloo(
+    tmp_path, d5_ranks, mpi_env, chosen_by
+):
     from d5_plugin_mpi import launch
 
     db = tmp_path / "r.sqlite"
-    env = {**mpi_env, "D5_DISTRIBUTED_COMMUNICATOR": "gloo", "MASTER_ADDR": "127.0.0.1",
-           "MASTER_PORT": str(_free_port())}  # fmt: skip
+    env = {**mpi_env, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())}
+    choice = ["--communicator", "gloo"]
+    if chosen_by == "variable":
+        env["D5_DISTRIBUTED_COMMUNICATOR"], choice = "gloo", []
     d5 = str(Path(sys.executable).with_name("d5"))
     cmd = launch.build_command(2, [d5, "run", str(RECIPE), "--seed", "3", "--db", str(db),
-                                   "--json"])  # fmt: skip
+                                   *choice, "--json"])  # fmt: skip
     import subprocess
 
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=180)
@@ -78,6 +83,10 @@ def test_under_an_outside_mpiexec_the_ranks_meet_over_gloo(tmp_path, d5_ranks, m
     over_mpi = _one_run(d5_ranks("run", str(RECIPE), "--ranks", "2", "--seed", "3", "--db",
                                  str(db), "--json"))  # fmt: skip
     assert _stored(db, outside) == _stored(db, over_mpi)
+    with ResultsStore.open(db) as store:  # each run says which engine carried it
+        engines = {store.get_run(rid).config["distributed"]["communicator"]
+                   for rid in (outside, over_mpi)}  # fmt: skip
+    assert engines == {"gloo", "mpi"}
 
 
 def test_under_mpiexec_without_master_address_gloo_says_what_to_set(tmp_path, mpi_env):
