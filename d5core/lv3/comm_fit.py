@@ -18,8 +18,8 @@ best, and says which sizes each covers.
 
 Two more figures come with the line, each the time per byte of its own line fitted the
 same way: ``exchange_s_per_byte`` (``Gx``) from ranks 0 and 1 sending to each other at
-once, as every round of an allreduce or allgather does, which on one machine's shared
-memory costs more per byte than one direction at a time; and ``reduce_s_per_byte``
+once, as every round of an allreduce or allgather does (more per byte than one
+direction at a time wherever both directions share a resource); and ``reduce_s_per_byte``
 (``R``) from adding two buffers in place, the arithmetic a reduction adds to its
 messages. Both are 0 in a fit stored without them (models then use ``G`` and no
 arithmetic).

@@ -3,8 +3,8 @@
 A message of ``m`` bytes costs ``L + G*m``. A collective's cost is that of the rounds on
 its critical path: each round one message per rank, sent and received at once, so its
 bytes cost ``Gx`` each, the time per byte of two ranks sending to each other at once
-(on one machine's shared memory about twice ``G``: both ranks copy through one memory
-system); the bytes an allreduce adds up cost ``R`` each. The algorithms are those of
+(``G`` on a full-duplex link, more where both directions share one resource); the bytes
+an allreduce adds up cost ``R`` each. The algorithms are those of
 MPICH's default selection (``maint/tuning/coll/mpir/generic.json``; Thakur, Rabenseifner
 and Gropp, "Optimization of collective communication operations in MPICH", 2005):
 
