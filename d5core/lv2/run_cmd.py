@@ -313,7 +313,6 @@ def run(
         DEFAULT_SCHEME,
         RankContext,
         check_communicator_name,
-        communicator_chosen,
         parse_scheme_options,
         scheme_class,
     )
@@ -348,9 +347,9 @@ def run(
         scheme_class(dist_args["scheme"])
         argv = _rank_argv(recipe, sets, ranks, dist_args, scheme_options, rank_timeout, as_json,
                           metrics, tags)  # fmt: skip
-        with communicator_chosen(communicator):
-            launch_ranks(recipe, sets, seed, ranks, dist_args, rank_timeout=rank_timeout, db=db,
-                         rank_argv=argv, metrics=metrics, tags=tags)  # fmt: skip
+        launch_ranks(recipe, sets, seed, ranks, dist_args, rank_timeout=rank_timeout, db=db,
+                     rank_argv=argv, metrics=metrics, tags=tags,
+                     communicator=communicator)  # fmt: skip
         return
     if scheme is not None or scheme_options or global_batch:
         raise UsageError("--scheme, --scheme-option and --global-batch need --ranks N with N > 1")

@@ -414,9 +414,11 @@ def launch_ranks(
     rank_argv: Callable[[int, Path], list[str]],
     metrics: Sequence[str] = (),
     tags: Sequence[str] = (),
+    communicator: str | None = None,
 ) -> None:
     """Check everything, begin the run (tagged ``tags``), launch ``ranks`` ranks under the
-    communication plugin's launcher and watch them.
+    launcher of ``communicator`` (see :func:`~d5core.lv3.launch.chosen_communicator`)
+    and watch them.
 
     ``rank_argv(seed, db)`` gives the ``d5`` arguments each rank runs, with the seed the
     recipe resolved and the absolute database path. The ranks' standard output is passed
@@ -439,10 +441,10 @@ def launch_ranks(
     # bad input fails here, before anything is stored
     prep = prepare(recipe, list(sets), seed, metrics=metrics)
     check_rank_options(prep.settings, len(prep.train_set), ranks, local=prep.trainer.optimizer,
-                       **dist_args)  # fmt: skip
+                       communicator=communicator, **dist_args)  # fmt: skip
     db_path = resolve_db_path(db).absolute()
     argv = rank_argv(prep.seed, db_path)
-    communicator = str(rank_launcher(chosen_communicator()).communicator)
+    communicator = str(rank_launcher(chosen_communicator(communicator)).communicator)
 
     def finish(rid: str | None, status: str, message: str) -> str:
         """Finish ``rid`` as ``status`` unless it already ended; its status now."""

@@ -30,7 +30,6 @@ by the tests of the watchdog; never set it otherwise).
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import json
 import os
 import shutil
@@ -41,7 +40,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from types import FrameType, TracebackType
 from typing import IO, Any, NamedTuple
@@ -77,7 +76,6 @@ __all__ = [
     "check_rank_count",
     "check_rank_options",
     "chosen_communicator",
-    "communicator_chosen",
     "detect_launcher",
     "distribution_schemes",
     "installed_communicators",
@@ -198,29 +196,11 @@ class StopSignals:
 # -- the communication plugin's hooks -------------------------------------------------
 
 
-#: The communicator chosen for the launches of this context (:func:`communicator_chosen`).
-_CHOSEN: contextvars.ContextVar[str | None] = contextvars.ContextVar(
-    "d5_chosen_communicator", default=None
-)
-
-
-@contextlib.contextmanager
-def communicator_chosen(name: str | None) -> Iterator[None]:
-    """Within the block, :func:`launch` and :func:`check_rank_options` start ranks for
-    the communicator ``name`` (``None``: as outside the block), with the launcher a
-    plugin offers for it. ``d5 run --communicator`` and ``d5 bench comm`` choose so."""
-    token = _CHOSEN.set(name)
-    try:
-        yield
-    finally:
-        _CHOSEN.reset(token)
-
-
-def chosen_communicator() -> str | None:
-    """The communicator the ranks launched now are to use: the one chosen with
-    :func:`communicator_chosen`, else :data:`COMMUNICATOR_ENV` of this process, else
-    ``None`` (the default launcher's)."""
-    return _CHOSEN.get() or os.environ.get(COMMUNICATOR_ENV) or None
+def chosen_communicator(name: str | None = None) -> str | None:
+    """The communicator the ranks launched now are to use: ``name`` (``--communicator``),
+    else :data:`COMMUNICATOR_ENV` of this process, else ``None`` (the default
+    launcher's)."""
+    return name or os.environ.get(COMMUNICATOR_ENV) or None
 
 
 def installed_communicators() -> list[str]:
@@ -434,9 +414,10 @@ def check_rank_options(
     scheme: str,
     scheme_options: Mapping[str, Any],
     global_batch: bool,
+    communicator: str | None = None,
 ) -> None:
     """Refuse, in the launching process, what the launch or every rank would refuse
-    before training: no launcher for the chosen communicator (:func:`rank_launcher`,
+    before training: no launcher for the communicator (``communicator``, see
     :func:`chosen_communicator`), ``--global-batch`` with a batch that
     does not split, a sampler that cannot be partitioned, an unknown scheme or bad
     scheme options. Bad options thus end the command with exit 2 before a run is stored.
@@ -446,7 +427,7 @@ def check_rank_options(
     :raises UsageError: one line, naming the option.
     """
     check_rank_count(ranks)
-    rank_launcher(chosen_communicator())
+    rank_launcher(chosen_communicator(communicator))
     batch = int(settings["batch_size"])
     if global_batch:
         if batch % ranks:
@@ -823,7 +804,7 @@ def launch(
     """
     with contextlib.ExitStack() as stack:
         signals = stop if stop is not None else stack.enter_context(StopSignals())
-        launcher = rank_launcher(communicator or chosen_communicator())
+        launcher = rank_launcher(chosen_communicator(communicator))
         return _launch(launcher, ranks, argv, rank_timeout, env, run_id, on_failure, signals,
                        timeout)  # fmt: skip
 
