@@ -16,7 +16,19 @@ averaging every 4 steps, D-PSGD):
   the slowest rank's time inside communication calls (``comm_seconds``), and the
   figure is the median over steps (over windows of ``period`` steps for model
   averaging, divided by the period). This is what the model predicts: the transfer,
-  not the wait for a rank that computed longer.
+  not the wait for a rank that computed longer. The worker sets d5's allocator policy,
+  as every process d5 measures in does;
+- **predicted from this launch's fit**: the same model with ``L``, ``G``, ``Gx`` and ``R``
+  fitted to a ping-pong (8 B to 16 MiB) the worker times after the schemes, in the same
+  processes. On a shared virtual machine the speed of the same call changes from one
+  launch to the next (MPICH's 1 MiB allreduce took 0.14, 0.33 or 0.56 ms in six
+  consecutive 2-rank launches here, each rank on its own CPU); this column holds the
+  model to the machine as it was while the scheme ran;
+- **MPICH's own call**, where one call does what the scheme's communication does: the
+  flat gradient's ``Allreduce`` in place (allreduce; a quarter of it for model averaging
+  every 4 steps) and the ``Isend``/``Irecv`` of the parameters with each ring neighbour
+  (D-PSGD), timed in the same steps. This launch's model against it says how good the
+  model is; the scheme against it, what d5's scheme adds.
 
 The relative error is ``predicted / measured - 1`` against the synchronized figure.
 A row is bandwidth-bound when the model's bandwidth part exceeds its latency part.
@@ -34,6 +46,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -76,33 +89,95 @@ def param_sizes(spec: dict[str, Any] | str) -> dict[str, int]:
 
 
 def worker(recipe: str) -> list[dict[str, Any]]:
-    """Under mpiexec: every variant's synchronized communication time per step."""
+    """Under mpiexec: every variant's synchronized communication time per step, and the
+    library's own calls for the same bytes where one call does what the scheme does."""
     from d5_plugin_mpi.comm import MPICommunicator
     from d5_plugin_mpi.schemes import make_distributed
+    from mpi4py import MPI
 
+    from d5core.allocator import apply_allocator_policy
     from d5core.plugins import get_plugin_manager
 
+    # as in every process d5 measures in (d5 run's ranks included): without it, a 16 MB
+    # step page-faulted about 2,800 times here, on fresh gradients and buffers
+    apply_allocator_policy()
     comm = MPICommunicator()
     sgd = get_plugin_manager().load("d5.optimizers", "sgd")
     sizes = param_sizes(RECIPES.get(recipe, recipe))
     rng = np.random.default_rng(comm.rank)
+    flat = np.ones(sum(sizes.values()), dtype=np.float32)
+    peers = sorted({(comm.rank - 1) % comm.size, (comm.rank + 1) % comm.size} - {comm.rank})
+    into = {p: np.empty_like(flat) for p in peers}
+
+    def allreduce() -> None:
+        comm.comm.Allreduce(MPI.IN_PLACE, flat)
+
+    def exchange() -> None:
+        requests = [comm.comm.Irecv(into[p], source=p, tag=7) for p in peers]
+        requests += [comm.comm.Isend(flat, dest=p, tag=7) for p in peers]
+        MPI.Request.Waitall(requests)
+
+    # MPICH's own call doing what the scheme's communication does, timed in the same
+    # steps (after each of the scheme's), so that both see the same machine
+    library = {"allreduce": (allreduce, 1), "model-averaging k=4": (allreduce, 4),
+               "dpsgd": (exchange, 1)}  # fmt: skip
     rows = []
     for label, scheme, options in VARIANTS:
         opt = make_distributed(scheme, sgd(lr=1e-4), comm, **options)
         params = {k: np.zeros(n, dtype=np.float32) for k, n in sizes.items()}
         period = int(options.get("period", 1))
-        times = np.zeros(SYNC_STEPS, dtype=np.float64)
+        call, every = library.get(label, (None, 1))
+        times = np.zeros((2, SYNC_STEPS), dtype=np.float64)
         for t in range(-4, SYNC_STEPS):  # 4 warm-up steps
             grads = {k: rng.standard_normal(n).astype(np.float32) for k, n in sizes.items()}
             comm.barrier()
             before = comm.comm_seconds
             opt.step(params, grads)
             if t >= 0:
-                times[t] = comm.comm_seconds - before
+                times[0, t] = comm.comm_seconds - before
+            if call is not None and t % every == 0:
+                comm.barrier()
+                t0 = time.perf_counter()
+                call()
+                if t >= 0:
+                    times[1, t] = time.perf_counter() - t0
         slowest = np.asarray(comm.allreduce(times, "max"))
-        windows = slowest[: SYNC_STEPS - SYNC_STEPS % period].reshape(-1, period).sum(axis=1)
-        rows.append({"variant": label, "sync_s": float(np.median(windows)) / period})
+        windows = slowest[:, : SYNC_STEPS - SYNC_STEPS % period].reshape(2, -1, period)
+        per_step = np.median(windows.sum(axis=2), axis=1) / period
+        rows.append({"variant": label, "sync_s": float(per_step[0]),
+                     "library_s": None if call is None else float(per_step[1])})  # fmt: skip
+    fit = same_launch_fit(comm)
+    for row in rows:
+        row["fit"] = fit
     return rows if comm.rank == 0 else []
+
+
+#: The ping-pong the worker times in its own launch: 8 B to 16 MiB, 4 times a step.
+LAUNCH_SIZES = (*(8 * 4**k for k in range(11)), 16 << 20)
+
+
+def same_launch_fit(comm: Any) -> dict[str, float]:
+    """``L``, ``G``, ``Gx`` and ``R`` fitted to a ping-pong timed in this launch, as ``d5
+    bench comm --collective pingpong`` times it: the same processes on the same cores
+    as the scheme's steps (this machine's speed differs from one launch to the next)."""
+    from d5core.lv3.comm_fit import fit_pingpong
+    from d5core.lv3.comm_sweep import PINGPONG, SweepSettings, rank_sweep
+
+    swept = rank_sweep(comm, SweepSettings(PINGPONG, LAUNCH_SIZES, samples=30))
+    series: dict[str, tuple[list[int], list[float]]] = {}
+    for size in swept["sizes"]:
+        for key, values in (("d5", size["samples"]["d5"]), ("exchange", size["exchange"]),
+                            ("reduce", size["reduce"])):  # fmt: skip
+            sizes, seconds = series.setdefault(key, ([], []))
+            sizes.extend([int(size["bytes"])] * len(values))
+            seconds.extend(float(v) for v in values)
+    if comm.rank != 0:
+        return {}
+    fit = fit_pingpong(*series["d5"], communicator="mpi", ranks=comm.size,
+                       exchange=series["exchange"], reduce=series["reduce"])  # fmt: skip
+    return {"latency_s": fit.latency_s, "seconds_per_byte": fit.seconds_per_byte,
+            "exchange_s_per_byte": fit.exchange_or_p2p_s_per_byte,
+            "reduce_s_per_byte": fit.reduce_s_per_byte}  # fmt: skip
 
 
 def synchronized(recipe: str, ranks: int) -> dict[str, float]:
@@ -112,7 +187,7 @@ def synchronized(recipe: str, ranks: int) -> dict[str, float]:
     if out.returncode != 0:
         raise SystemExit(f"mpiexec -n {ranks} failed: {out.stderr.strip()[-800:]}")
     rows = json.loads(out.stdout.strip().splitlines()[-1])
-    return {r["variant"]: r["sync_s"] for r in rows}
+    return {r["variant"]: (r["sync_s"], r["library_s"], r["fit"]) for r in rows}
 
 
 def short_recipe(recipe: str, epochs: int, folder: Path) -> Path:
@@ -164,32 +239,11 @@ def check(args: argparse.Namespace) -> list[dict[str, Any]]:
           f"{fit.max_abs_residual:.0%}", file=sys.stderr)  # fmt: skip
     rows = []
     with tempfile.TemporaryDirectory(prefix="d5-model-check-") as tmp:
-        for recipe in [r for r in args.recipes.split(",") if r]:
-            spec = RECIPES[recipe]
+        jobs = [(r, RECIPES[r]) for r in args.recipes.split(",") if r]
+        jobs += [(f"flat:{n}", f"flat:{n}") for n in (args.flat.split(",") if args.flat else [])]
+        for name, spec in jobs:
             sizes = param_sizes(spec)
-            path = short_recipe(recipe, args.epochs, Path(tmp))
-            for ranks in (int(r) for r in args.ranks.split(",")):
-                sync = synchronized(recipe, ranks)
-                for label, scheme, options in VARIANTS:
-                    cost = scheme_class(scheme).communication_cost(
-                        ranks=ranks, params=sizes, itemsize=4, latency_s=fit.latency_s,
-                        seconds_per_byte=fit.seconds_per_byte, options=options,
-                        exchange_s_per_byte=fit.exchange_or_p2p_s_per_byte,
-                        reduce_s_per_byte=fit.reduce_s_per_byte,
-                    )  # fmt: skip
-                    trained = in_training(path, ranks, scheme, options, db)
-                    row = {"recipe": recipe, "scheme": label, "ranks": ranks,
-                           "params": sum(sizes.values()), "predicted_s": cost.seconds,
-                           "sync_s": sync[label], "bound": cost.bound,
-                           "model_bytes": cost.bytes_sent, **trained}  # fmt: skip
-                    row["error"] = row["predicted_s"] / row["sync_s"] - 1
-                    rows.append(row)
-                    print(f"{recipe} {label} {ranks}: predicted {cost.seconds * 1e3:.3f} ms, "
-                          f"synchronized {row['sync_s'] * 1e3:.3f} ms, in training "
-                          f"{row['train_s'] * 1e3:.3f} ms", file=sys.stderr)  # fmt: skip
-        for flat in args.flat.split(",") if args.flat else []:
-            name = f"flat:{flat}"
-            sizes = param_sizes(name)
+            path = None if name.startswith("flat:") else short_recipe(name, args.epochs, Path(tmp))
             for ranks in (int(r) for r in args.ranks.split(",")):
                 sync = synchronized(name, ranks)
                 for label, scheme, options in VARIANTS:
@@ -199,34 +253,52 @@ def check(args: argparse.Namespace) -> list[dict[str, Any]]:
                         exchange_s_per_byte=fit.exchange_or_p2p_s_per_byte,
                         reduce_s_per_byte=fit.reduce_s_per_byte,
                     )  # fmt: skip
-                    rows.append({"recipe": f"one tensor of {flat}", "scheme": label,
-                                 "ranks": ranks, "params": sum(sizes.values()),
-                                 "predicted_s": cost.seconds, "sync_s": sync[label],
-                                 "bound": cost.bound, "model_bytes": cost.bytes_sent,
-                                 "train_s": None, "train_bytes": None,
-                                 "error": cost.seconds / sync[label] - 1})  # fmt: skip
-                    print(
-                        f"{name} {label} {ranks}: predicted {cost.seconds * 1e3:.3f} ms, "
-                        f"synchronized {sync[label] * 1e3:.3f} ms",
-                        file=sys.stderr,
+                    measured, library, here = sync[label]
+                    local = (
+                        scheme_class(scheme)
+                        .communication_cost(
+                            ranks=ranks, params=sizes, itemsize=4, options=options, **here
+                        )
+                        .seconds
                     )
+                    trained = ({"train_s": None, "train_bytes": None} if path is None
+                               else in_training(path, ranks, scheme, options, db))  # fmt: skip
+                    recipe = f"one tensor of {name[5:]}" if path is None else name
+                    row = {"recipe": recipe, "scheme": label, "ranks": ranks,
+                           "params": sum(sizes.values()), "predicted_s": cost.seconds,
+                           "sync_s": measured, "library_s": library, "bound": cost.bound,
+                           "model_bytes": cost.bytes_sent, **trained}  # fmt: skip
+                    row["error"] = cost.seconds / measured - 1
+                    row["library_error"] = None if library is None else local / library - 1
+                    row["launch_predicted_s"] = local
+                    row["launch_error"] = local / measured - 1
+                    rows.append(row)
+                    print(f"{name} {label} {ranks}: predicted {cost.seconds * 1e3:.3f} ms, "
+                          f"synchronized {measured * 1e3:.3f} ms", file=sys.stderr)  # fmt: skip
     return rows
 
 
 def table(rows: list[dict[str, Any]]) -> str:
     lines = [
-        "| recipe | scheme | ranks | params | predicted (ms/step) | measured, synchronized "
-        "(ms/step) | relative error | measured in training (ms/step) | bound | bytes sent "
-        "per step: model / counted in training |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| recipe | scheme | ranks | params | bound | predicted, stored fit (ms/step) | "
+        "predicted, this launch's fit | measured, synchronized (ms/step) | error: stored "
+        "fit / this launch's | MPICH's own call (ms/step) | this launch's model against it "
+        "| measured in training (ms/step) | bytes sent per step: model / counted in "
+        "training |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+
+    def ms(value: float | None) -> str:
+        return "-" if value is None else f"{value * 1e3:.3f}"
+
     for r in rows:
-        trained = "-" if r["train_s"] is None else f"{r['train_s'] * 1e3:.3f}"
         counted = "-" if r["train_bytes"] is None else f"{r['train_bytes']:,.0f}"
+        against = "-" if r["library_error"] is None else f"{r['library_error']:+.0%}"
         lines.append(
-            f"| {r['recipe']} | {r['scheme']} | {r['ranks']} | {r['params']:,} | "
-            f"{r['predicted_s'] * 1e3:.3f} | {r['sync_s'] * 1e3:.3f} | {r['error']:+.0%} | "
-            f"{trained} | {r['bound']} | {r['model_bytes']:,.0f} / {counted} |"
+            f"| {r['recipe']} | {r['scheme']} | {r['ranks']} | {r['params']:,} | {r['bound']} "
+            f"| {ms(r['predicted_s'])} | {ms(r['launch_predicted_s'])} | {ms(r['sync_s'])} | "
+            f"{r['error']:+.0%} / {r['launch_error']:+.0%} | {ms(r['library_s'])} | "
+            f"{against} | {ms(r['train_s'])} | {r['model_bytes']:,.0f} / {counted} |"
         )
     return "\n".join(lines)
 

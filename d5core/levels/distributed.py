@@ -254,8 +254,13 @@ class Communicator(ABC):
         :meth:`allreduce_inplace`), ``broadcast`` fills it with rank 0's buffer in place,
         ``allgather`` gathers every rank's buffer (of equal size) into a new array,
         ``pingpong`` is one round trip between ranks 0 and 1 in place (rank 0 sends the
-        buffer and receives it back into it; other ranks return at once). ``None`` for a
-        collective the library has no direct call for.
+        buffer and receives it back into it; other ranks return at once). One more name
+        is no collective: ``"reduce_local"`` adds the buffer element-wise (sum) into a
+        scratch buffer of the same shape and type that the callable keeps and returns
+        (the sum of every buffer given so far), with the kernel the library's own
+        reductions use; the ping-pong job times it as the reduction rate ``R`` of the
+        cost models (numpy's add when ``None``). ``None`` for
+        a name the library has no direct call for.
         """
         return None
 

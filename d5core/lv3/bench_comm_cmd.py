@@ -140,12 +140,13 @@ def fit_lines(fit: CommFit) -> list[str]:
             )
     for what, per_byte in (
         ("both ways at once (Gx, a collective's rounds)", fit.exchange_s_per_byte),
-        ("reduction arithmetic (R, adding two buffers)", fit.reduce_s_per_byte),
+        (
+            "reduction arithmetic (R, the library's kernel adding two buffers)",
+            fit.reduce_s_per_byte,
+        ),
     ):
         if per_byte > 0:
-            lines.append(
-                f"{what}: {per_byte * 1e12:.2f} ns/KB (= {1 / per_byte / 1e9:.3f} GB/s)"
-            )
+            lines.append(f"{what}: {per_byte * 1e12:.2f} ns/KB (= {1 / per_byte / 1e9:.3f} GB/s)")
     return lines
 
 
@@ -176,6 +177,27 @@ def _check_samples(samples: int | None) -> int | None:
     if samples is not None and samples > MAX_SAMPLES:
         raise UsageError(f"--samples {samples}: take at most {MAX_SAMPLES:,} samples per size")
     return samples
+
+
+def _size_list(text: str) -> list[int]:
+    """``--sizes 8,1024,...``: the message sizes in bytes, each a positive multiple of a
+    float32.
+
+    :raises UsageError: for a size that is not such a whole number.
+    """
+    sizes = []
+    for part in text.split(","):
+        try:
+            size = int(part.strip())
+        except ValueError:
+            size = 0
+        if size <= 0 or size % 4:
+            raise UsageError(
+                f"--sizes {text}: {part.strip()!r} is no message size; give whole numbers of "
+                "bytes, each a positive multiple of 4 (float32 elements), separated by commas"
+            )
+        sizes.append(size)
+    return sizes
 
 
 def _check_fits(counts: Sequence[int], sizes: Sequence[int], collective: str) -> None:
@@ -276,7 +298,7 @@ def bench_comm(
     if link_peak is not None and not (math.isfinite(link_peak) and link_peak > 0):
         raise UsageError(f"--link-peak {link_peak}: give the link's peak in GB/s, above 0")
     if size_list is not None:
-        sizes = [int(s) for s in size_list.split(",")]
+        sizes = _size_list(size_list)
     else:
         low, high, factor = default_sizes(collective)
         low = low if min_bytes is None else min_bytes

@@ -20,8 +20,9 @@ Two more figures come with the line, each the time per byte of its own line fitt
 same way: ``exchange_s_per_byte`` (``Gx``) from ranks 0 and 1 sending to each other at
 once, as every round of an allreduce or allgather does (more per byte than one
 direction at a time wherever both directions share a resource); and ``reduce_s_per_byte``
-(``R``) from adding two buffers in place, the arithmetic a reduction adds to its
-messages. Both are 0 in a fit stored without them (models then use ``G`` and no
+(``R``) from adding two buffers in place with the library's own reduction kernel
+(numpy's add for a communicator that offers none), the arithmetic a reduction adds to
+its messages. Both are 0 in a fit stored without them (models then use ``G`` and no
 arithmetic).
 
 The fit is stored with the run (:func:`store_fit`) and read back by :func:`load_fit`,

@@ -19,7 +19,9 @@ send (checked on both ranks), and its bandwidth is that over the one-way time. T
 series, per size, feed the cost models: the **exchange**, ranks 0 and 1 sending the
 buffer to each other at once (``neighbor_exchange``; a sample is the slower rank's time),
 as the rounds of a collective do, and the **reduction**, rank 0 adding two buffers of
-the size in place (numpy), the arithmetic an allreduce adds to its messages. The stored
+the size in place, the arithmetic an allreduce adds to its messages: with the library's
+own reduction kernel where the communicator offers it (``raw_collective("reduce_local")``,
+MPI's ``MPI_Reduce_local``), else numpy's add. The stored
 run also holds the fit of ``t(m) = L + G*m`` and of the two series' time per byte
 (:mod:`d5core.lv3.comm_fit`).
 
@@ -353,17 +355,26 @@ def _exchange_samples(
 
 
 def _reduce_samples(comm: Any, nbytes: int, count: int) -> list[float]:
-    """``count`` samples of adding two buffers of ``nbytes`` in place (numpy, one
-    thread's loop), on rank 0: the arithmetic of a reduction, without messages. Empty
-    on other ranks (rank 0's result is the one kept)."""
+    """``count`` samples of adding a buffer of ``nbytes`` into another in place, on rank
+    0: the arithmetic of a reduction, without messages. The library's own kernel when the
+    communicator offers one (``raw_collective("reduce_local")``: an allreduce adds with
+    it, not with numpy), else numpy's add. Empty on other ranks (rank 0's result is the
+    one kept)."""
     if comm.rank != 0:
         return []
     n = nbytes // np.dtype(DTYPE).itemsize
     into, other = np.ones(n, dtype=DTYPE), np.ones(n, dtype=DTYPE)
+    raw_of = getattr(comm, "raw_collective", None)
+    kernel = raw_of("reduce_local") if callable(raw_of) else None
+    if kernel is None:
+        def add(a: np.ndarray) -> None:
+            np.add(into, a, out=into)
+    else:
+        add = kernel
     out = []
     for i in range(_WARMUP + count):
         t0 = _clock()
-        np.add(into, other, out=into)
+        add(other)
         dt = _clock() - t0
         if i >= _WARMUP:
             out.append(max(dt, 1) / 1e9)  # a clock that did not move: one nanosecond

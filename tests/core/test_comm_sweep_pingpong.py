@@ -241,3 +241,32 @@ def test_the_ping_pong_sweeps_8_bytes_to_64_mib_doubling():
     assert check_sweep(PINGPONG) == PINGPONG
     with pytest.raises(UsageError, match="choose one of allreduce, broadcast, allgather, pingpong"):
         check_sweep("alltoall")
+
+
+def test_the_reduction_is_timed_with_the_librarys_own_kernel_when_it_offers_one():
+    """An allreduce adds with its library's kernel, not numpy's: the reduction series
+    calls ``raw_collective("reduce_local")`` for every sample, warm-up included."""
+    calls: list[int] = []
+
+    class WithKernel(ThreadRank):
+        def raw_collective(self, name: str) -> Callable[[np.ndarray], Any] | None:
+            if name == "reduce_local":
+                return lambda buf: calls.append(buf.nbytes)
+            return super().raw_collective(name)
+
+    job = Job(2)
+    ranks = [WithKernel(job, r) for r in range(2)]
+    out: dict[int, Any] = {}
+    settings = SweepSettings(PINGPONG, (64, 4096), samples=3)
+
+    def one(comm: ThreadRank) -> None:
+        out[comm.rank] = rank_sweep(comm, settings)
+
+    threads = [threading.Thread(target=one, args=(c,)) for c in ranks]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    rounds = comm_sweep._WARMUP + 3
+    assert calls == [64] * rounds + [4096] * rounds  # rank 0's alone
+    assert [len(s["reduce"]) for s in out[0]["sizes"]] == [3, 3]

@@ -81,6 +81,8 @@ def test_bench_comm_table_and_broadcast(tmp_path, d5_ranks):
         (["--ranks", "two"], "--ranks takes comma-separated integers"),
         (["--collective", "alltoallw"], "unknown collective 'alltoallw'"),
         (["--communicator", "carrier-pigeon"], "'carrier-pigeon' is not installed"),
+        (["--sizes", "8,1KiB"], "'1KiB' is no message size"),
+        (["--sizes", "8,6"], "'6' is no message size"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2_before_launching(tmp_path, args, words, d5_ranks):

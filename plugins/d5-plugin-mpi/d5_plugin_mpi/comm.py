@@ -290,9 +290,12 @@ class MPICommunicator(Communicator):
     def raw_collective(self, name: str) -> Callable[[np.ndarray], Any] | None:
         """mpi4py's own call for ``name``, uncounted: ``Allreduce`` in place (sum),
         ``Bcast`` from rank 0 in place, ``Allgather`` into a new array, the ping-pong's
-        round trip (``Send`` then ``Recv`` on rank 0, the reverse on rank 1, in place);
-        ``None`` for other collectives (see :meth:`d5core.api.Communicator.raw_collective`)."""
+        round trip (``Send`` then ``Recv`` on rank 0, the reverse on rank 1, in place),
+        and ``reduce_local``: ``MPI_Reduce_local`` (sum) of the buffer into a scratch
+        buffer of its size (returned), the kernel MPICH's allreduce adds with; ``None`` for other
+        names (see :meth:`d5core.api.Communicator.raw_collective`)."""
         comm, size, rank = self.comm, self._size, self._rank
+        scratch: dict[tuple[tuple[int, ...], str], np.ndarray] = {}
 
         def allreduce(buf: np.ndarray) -> None:
             comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
@@ -313,11 +316,20 @@ class MPICommunicator(Communicator):
                 comm.Recv(buf, source=0, tag=_PINGPONG_TAG)
                 comm.Send(buf, dest=0, tag=_PINGPONG_TAG)
 
+        def reduce_local(buf: np.ndarray) -> np.ndarray:
+            key = (buf.shape, buf.dtype.str)
+            into = scratch.get(key)
+            if into is None:
+                into = scratch[key] = np.zeros_like(buf)
+            MPI.SUM.Reduce_local(buf, into)
+            return into
+
         calls: dict[str, Callable[[np.ndarray], Any]] = {
             "allreduce": allreduce,
             "broadcast": broadcast,
             "allgather": allgather,
             "pingpong": pingpong,
+            "reduce_local": reduce_local,
         }
         return calls.get(name)
 

@@ -1,5 +1,6 @@
 """``MPICommunicator.raw_collective``: mpi4py's own calls, the baseline of
-``d5 bench comm``, give d5's results on 2 ranks and leave d5's counters alone."""
+``d5 bench comm``, give d5's results on 2 ranks and leave d5's counters alone; the
+local reduction the ping-pong job times as ``R`` adds with MPI's own kernel."""
 
 from __future__ import annotations
 
@@ -34,6 +35,11 @@ out = {
     "counters_unchanged": before == after and counted == before["bytes_sent"],
     "other": comm.raw_collective("alltoallw") is None,
 }
+reduce_local = comm.raw_collective("reduce_local")
+before_reduce = comm.counters()
+reduce_local(x)
+out["reduced_twice"] = reduce_local(x).tolist()
+out["reduce_uncounted"] = comm.counters() == before_reduce
 if r == 0:
     print(json.dumps(out))
 """
@@ -53,3 +59,5 @@ def test_raw_calls_match_d5s_and_are_not_counted() -> None:
     assert got["gathered"] == got["d5_gathered"]
     assert got["counters_unchanged"] is True
     assert got["other"] is True
+    assert got["reduced_twice"] == [0.0, 2.0, 4.0, 6.0, 8.0, 10.0]  # rank 0's x, added twice
+    assert got["reduce_uncounted"] is True
