@@ -3,14 +3,17 @@
 :class:`MXNetExecutor` translates an ONNX graph once, node by node, into functions
 written for both of MXNet's front ends (:mod:`d5_plugin_mxnet.graph`; no ONNX importer
 is involved). For its first signature of feeds (shapes and dtypes), it builds one
-``mx.sym`` symbol from the same functions node by node, MXNet's shape and type inference
-telling each node the shapes of its inputs from those of the feeds and parameters (as a
-hybridized Gluon block infers them), and compiles it into a ``CachedOp`` with static
-memory and shapes, which is what ``HybridBlock.hybridize(static_alloc=True,
-static_shape=True)`` makes of a Gluon network. Each later signature (a test batch, a
-smaller last batch) is compiled as a ``CachedOp`` handles a new shape: its symbol is
-built from the shapes of one already compiled, the batch's dimension changed, and one
-inference checks every shape a node function was told
+``mx.sym`` symbol from the same functions, each node told the shapes of its inputs that
+ONNX's shape inference gives (the symbolic batch dimension bound to the feeds'), all
+checked by one MXNet shape and type inference; where those do not hold, node by node,
+MXNet's inference telling each node the shapes of its inputs from those of the feeds
+and parameters (as a hybridized Gluon block infers them). It compiles the symbol into
+a ``CachedOp`` with static memory and shapes, which is what
+``HybridBlock.hybridize(static_alloc=True, static_shape=True)`` makes of a Gluon
+network. Each later signature (a test batch, a smaller last batch) is compiled as a
+``CachedOp`` handles a new shape: its symbol is built from the shapes of one already
+compiled, the batch's dimension changed, and one inference checks every shape a node
+function was told
 (:func:`~d5_plugin_mxnet.graph.program.derive_symbol`). Where the inference or a node
 refuses, the graph runs once imperatively with ``mx.nd`` to learn every value's shape
 (and names what MXNet refused), and the symbol is built from those. Inference and
@@ -61,6 +64,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 import numpy.typing as npt
+import onnx
 
 from d5_plugin_mxnet._host import filled, write_all
 from d5_plugin_mxnet._mx import mxnet
@@ -124,6 +128,119 @@ def _swapped_dims(ref: CompiledGraph, arrays: Mapping[str, Any]) -> dict[int, in
             if was != now and swap.setdefault(was, now) != now:
                 return None
     return swap
+
+
+#: A value's shape as ONNX's shape inference tells it: each dimension a size, the name
+#: of a symbolic one (``"N"``), or ``None`` when unknown.
+_Declared = tuple[int | str | None, ...]
+
+
+#: The ONNX types of weights: never a shape or an index, so shape inference needs only
+#: their shapes (passing their data costs more than the inference: 1.6 ms for resnet20).
+_WEIGHT_TYPES = frozenset(
+    {
+        onnx.TensorProto.FLOAT,
+        onnx.TensorProto.DOUBLE,
+        onnx.TensorProto.FLOAT16,
+        onnx.TensorProto.BFLOAT16,
+    }
+)
+
+
+def _without_weights(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` with its float initializers declared as inputs instead (shape and type,
+    no data); the integer ones, which may be shapes, kept."""
+    graph = model.graph
+    listed = {v.name for v in graph.input}
+    weights = [
+        onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
+        for t in graph.initializer
+        if t.data_type in _WEIGHT_TYPES and t.name not in listed
+    ]
+    light = onnx.helper.make_graph(
+        graph.node,
+        graph.name,
+        [*graph.input, *weights],
+        graph.output,
+        [t for t in graph.initializer if t.data_type not in _WEIGHT_TYPES],
+        value_info=graph.value_info,
+    )
+    return onnx.helper.make_model(
+        light,
+        ir_version=model.ir_version,
+        opset_imports=model.opset_import,
+        functions=model.functions,
+    )
+
+
+def _mx_dtype(elem_type: int) -> np.dtype[Any] | None:
+    """The numpy type MXNet holds an ONNX type as (bool as uint8); ``None`` for one it
+    has no tensors of."""
+    try:
+        dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type))
+    except (KeyError, TypeError, ValueError):
+        return None
+    if dtype == np.bool_:
+        return np.dtype(np.uint8)
+    return dtype if dtype in _MX_TYPES else None
+
+
+def _declared_values(model: onnx.ModelProto) -> dict[str, tuple[_Declared, np.dtype[Any]]]:
+    """The shape and type ONNX's shape inference tells of every value of ``model`` it
+    can (propagating the values of shapes computed by nodes, as exporters compute a
+    Reshape's or an Expand's), types as MXNet holds them (bool as uint8; a value of a
+    type MXNet lacks is left out); empty when the inference fails."""
+    try:
+        light = _without_weights(model)
+        graph = onnx.shape_inference.infer_shapes(light, data_prop=True).graph
+    except Exception:  # onnx's inference errors have no common type; no guess then
+        return {}
+    found: dict[str, tuple[_Declared, np.dtype[Any]]] = {}
+    types: dict[int, np.dtype[Any] | None] = {}
+    declared = graph.input[: len(model.graph.input)]  # not the weights made inputs
+    for value in (*declared, *graph.value_info, *graph.output):
+        tensor = value.type.tensor_type
+        if not value.type.HasField("tensor_type") or not tensor.HasField("shape"):
+            continue
+        if tensor.elem_type not in types:
+            types[tensor.elem_type] = _mx_dtype(tensor.elem_type)
+        dtype = types[tensor.elem_type]
+        if dtype is None:
+            continue
+        dims = tuple(
+            d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
+            for d in tensor.shape.dim
+        )
+        found[value.name] = (dims, dtype)
+    return found
+
+
+def _bound_shapes(
+    declared: Mapping[str, tuple[_Declared, np.dtype[Any]]], arrays: Mapping[str, Any]
+) -> tuple[dict[str, Shape], dict[str, np.dtype[Any]]] | None:
+    """The shape and type of every value ``declared`` tells in full once its symbolic
+    dimensions take the sizes of the feeds ``arrays`` (MXNet's shape ``(1,)`` for a
+    scalar); ``None`` when a feed contradicts its declared shape or type."""
+    sizes: dict[str, int] = {}
+    for name, array in arrays.items():
+        found = declared.get(name)
+        if found is None or len(found[0]) != len(array.shape):
+            continue  # undeclared, or a scalar MXNet holds as a vector of one
+        if found[1] != np.dtype(array.dtype):
+            return None
+        for dim, size in zip(found[0], array.shape, strict=True):
+            if isinstance(dim, str) and sizes.setdefault(dim, size) != size:
+                return None
+            if isinstance(dim, int) and dim != size:
+                return None
+    shapes: dict[str, Shape] = {}
+    dtypes: dict[str, np.dtype[Any]] = {}
+    for name, (dims, dtype) in declared.items():
+        shape = tuple(sizes.get(d) if isinstance(d, str) else d for d in dims)
+        if all(isinstance(d, int) and d > 0 for d in shape):
+            shapes[name] = tuple(int(d) for d in shape if d is not None) or (1,)
+            dtypes[name] = dtype
+    return shapes, dtypes
 
 
 def _context(device: str) -> Any:
@@ -226,13 +343,17 @@ class MXNetExecutor(GraphExecutor):
             if name in self._trainable_set and np.issubdtype(value.dtype, np.floating):
                 array.attach_grad()
             self._params[name] = array
+        held = {  # bool constants (a causal mask) as uint8, as bool feeds are held
+            name: value.astype(np.uint8) if value.dtype == np.bool_ else value
+            for name, value in self._constants.items()
+            if name in self._tensor_inputs or name in self._graph.outputs
+        }
         self._const_arrays = {
             name: mx.nd.array(
                 value.reshape(value.shape or (1,)), ctx=self.mx_context, dtype=value.dtype
             )
-            for name, value in self._constants.items()
-            if (name in self._tensor_inputs or name in self._graph.outputs)
-            and value.dtype in _MX_TYPES
+            for name, value in held.items()
+            if value.dtype in _MX_TYPES
         }
         #: The trainable float parameters (those with a gradient), in trainable order.
         self._grad_names = [
@@ -289,6 +410,9 @@ class MXNetExecutor(GraphExecutor):
     # -- translation -----------------------------------------------------------------
 
     def _translate(self) -> None:
+        #: What ONNX's shape inference tells of the values (for a first signature's
+        #: guess), inferred when a first signature needs it.
+        self._declared: dict[str, tuple[_Declared, np.dtype[Any]]] | None = None
         statics = {**self._graph.parameters, **self._constants}
         self._steps: dict[bool, list[Step]] = {}
         self._static_reads: set[str] = set()
@@ -458,16 +582,21 @@ class MXNetExecutor(GraphExecutor):
         """The symbol of a new signature, built from the shapes of a compiled one and
         checked by MXNet's shape and type inference (:func:`derive_symbol`): what a
         ``CachedOp`` does for a new shape, instead of a run of the whole graph. The first
-        signature (nothing compiled gives a guess) is built node by node from the shapes
-        MXNet infers from the inputs' own. ``None`` when a feed has a zero dimension, a
-        head is missing from the guess, or MXNet or a node refuses."""
+        signature (nothing compiled gives a guess) is built from the shapes ONNX's shape
+        inference tells (:meth:`_first_guess`), checked the same way; without them, or
+        when they do not hold, node by node from the shapes MXNet infers from the
+        inputs' own. ``None`` when a feed has a zero dimension, a head is missing from
+        the guess of a later signature, or MXNet or a node refuses."""
         exact = {**self._base(training), **arrays}
         guess = self._guess(arrays, training, exact)
         rounds = 3
-        if guess is None:  # the first signature: every shape inferred from the inputs'
+        if guess is None:  # the first signature: guessed from ONNX's shape inference
             if any(0 in a.shape for a in arrays.values()):
                 return None
-            guess, rounds = self._exact_guess(exact), 0
+            guess = self._first_guess(arrays, exact)
+            rounds = 2  # ONNX's shapes, then those MXNet infers where they differ
+            if guess is None:  # every shape inferred from the inputs'
+                guess, rounds = self._exact_guess(exact), 0
         elif any(h not in guess[0] for h in heads):
             return None
         return derive_symbol(
@@ -481,6 +610,23 @@ class MXNetExecutor(GraphExecutor):
             self._graph.opset,
             rounds=rounds,
         )
+
+    def _first_guess(
+        self, arrays: Mapping[str, Any], exact: Mapping[str, Any]
+    ) -> tuple[dict[str, Shape], dict[str, np.dtype[Any]]] | None:
+        """Every value's shape and type for the feeds ``arrays`` of a first signature, as
+        ONNX's shape inference tells them, the symbolic dimensions bound to the feeds'
+        sizes; the arrays ``exact`` have their own. ``None`` when it tells nothing or a
+        feed contradicts it. (Values it cannot tell are left out: MXNet infers them.)"""
+        if self._declared is None:
+            self._declared = _declared_values(self.network.model)
+        bound = _bound_shapes(self._declared, arrays) if self._declared else None
+        if bound is None:
+            return None
+        shapes, dtypes = bound
+        shapes.update((n, tuple(a.shape)) for n, a in exact.items())
+        dtypes.update((n, np.dtype(a.dtype)) for n, a in exact.items())
+        return shapes, dtypes
 
     @staticmethod
     def _exact_guess(

@@ -447,7 +447,8 @@ def _inferred(
 
 class _Inferring(dict[str, Any]):
     """Shapes (or types) by value name; one missing is inferred by MXNet, with those of
-    every value built since the last inference (see :meth:`_Inference.inferring`)."""
+    every value built since the last inference (see :meth:`_Inference.inferring` and
+    :meth:`_Inference.guessed`)."""
 
     def __init__(self, given: Mapping[str, Any], infer: Callable[[], None]) -> None:
         super().__init__(given)
@@ -514,16 +515,22 @@ class _Inference:
         self.node_constants, self.opset = node_constants, opset
 
     def guessed(
-        self, shapes: dict[str, Shape], dtypes: dict[str, np.dtype[Any]]
+        self, shapes: Mapping[str, Shape], dtypes: Mapping[str, np.dtype[Any]]
     ) -> tuple[Derived | None, dict[str, tuple[Shape, np.dtype[Any]]]]:
         """The symbol built from ``shapes`` and ``dtypes`` when MXNet infers the same for
-        every value it reads or computes; else ``None`` and what MXNet inferred instead.
+        every value a node was told; else ``None`` and what MXNet inferred instead.
+
+        The guess may leave values out: one a node reads is inferred by MXNet when it is
+        read (with every value built since, as :meth:`inferring` does), one no node reads
+        is taken from the last inference. Every shape and type a node was told, guessed
+        or inferred, is checked by that last inference of every value the symbol reads
+        or computes, so a wrong guess costs a round, never a wrong symbol.
 
         :raises MXNetError: when the inference fails (a guess made a symbol MXNet refuses).
+        :raises KeyError: when MXNet cannot infer every shape.
         """
-        built = _Build(shapes, dtypes, self.node_constants, dict(self.known), self.opset)
+        built, told, types, args, _ = self._lazily(shapes, dtypes)
         symbol = built.symbol(self.steps, self.outputs)
-        args = _ArgumentShapes(self.inputs)
         args.add(built.fed)
         found = _inferred(built.env, args)
         if found is None:
@@ -531,10 +538,17 @@ class _Inference:
         described = {
             name: (shape, dtype) for name, shape, dtype in zip(built.env, *found, strict=True)
         }
-        wrong = {n: d for n, d in described.items() if (shapes.get(n), dtypes.get(n)) != d}
+        wrong = {
+            n: d
+            for n, d in described.items()
+            if (dict.get(told, n), dict.get(types, n)) != d
+            and (dict.__contains__(told, n) or dict.__contains__(types, n))
+        }
         if wrong:
             return None, wrong
-        return Derived(symbol, built.fed, dict(shapes), dict(dtypes)), {}
+        every = {**dict(told), **{n: d[0] for n, d in described.items()}}
+        every_type = {**dict(types), **{n: d[1] for n, d in described.items()}}
+        return Derived(symbol, built.fed, every, every_type), {}
 
     def inferring(self) -> Derived:
         """The symbol built node by node, each shape and type a node reads inferred by
@@ -544,22 +558,36 @@ class _Inference:
         """
         given = {n: tuple(a.shape) for n, a in self.inputs.items()}
         types = {n: np.dtype(a.dtype) for n, a in self.inputs.items()}
-        built: _Build
+        built, shapes, dtypes, _, infer = self._lazily(given, types)
+        symbol = built.symbol(self.steps, self.outputs)
+        infer()  # the values no node read
+        return Derived(symbol, built.fed, dict(shapes), dict(dtypes))
+
+    def _lazily(
+        self, shapes: Mapping[str, Shape], dtypes: Mapping[str, np.dtype[Any]]
+    ) -> tuple[_Build, _Inferring, _Inferring, _ArgumentShapes, Callable[[], None]]:
+        """A build told ``shapes`` and ``dtypes``, in which a node that reads a value
+        neither tells has MXNet infer it, with every value built since the last such
+        inference; the shapes and types it was told or inferred, the argument shapes of
+        the inferences, and the inference of every value built and not yet known."""
         args = _ArgumentShapes(self.inputs)
+        built: _Build
 
         def infer() -> None:
-            pending = {n: v for n, v in built.env.items() if not dict.__contains__(shapes, n)}
+            pending = {
+                n: v
+                for n, v in built.env.items()
+                if not (dict.__contains__(told, n) and dict.__contains__(types, n))
+            }
             args.add(built.fed)
             found = _inferred(pending, args) if pending else None
             for name, shape, dtype in zip(pending, *(found or ([], [])), strict=True):
-                dict.__setitem__(shapes, name, shape)
-                dict.__setitem__(dtypes, name, dtype)
+                dict.__setitem__(told, name, shape)
+                dict.__setitem__(types, name, dtype)
 
-        shapes, dtypes = _Inferring(given, infer), _Inferring(types, infer)
-        built = _Build(shapes, dtypes, self.node_constants, dict(self.known), self.opset)
-        symbol = built.symbol(self.steps, self.outputs)
-        infer()
-        return Derived(symbol, built.fed, dict(shapes), dict(dtypes))
+        told, types = _Inferring(shapes, infer), _Inferring(dtypes, infer)
+        built = _Build(told, types, self.node_constants, dict(self.known), self.opset)
+        return built, told, types, args, infer
 
 
 def derive_symbol(
@@ -577,13 +605,13 @@ def derive_symbol(
     ``inputs``, built without running the graph, as a ``CachedOp`` handles a new shape:
     from MXNet's shape and type inference.
 
-    First from ``guess`` and ``dtypes`` (a shape and a type for every value, those of
-    ``inputs`` exact): the nodes are folded and the symbol built from them, and one
-    inference of every value the symbol reads or computes checks every shape and type
-    a node was told; where MXNet infers others, they are the next round's guess. When
-    no round holds, the symbol is built node by node, MXNet inferring each shape a node
-    reads (an inference for each node that reads a shape or type not yet inferred,
-    instead of one).
+    First from ``guess`` and ``dtypes`` (a shape and a type for the values, those of
+    ``inputs`` exact; a value left out is inferred by MXNet when a node reads it): the
+    nodes are folded and the symbol built from them, and one inference of every value
+    the symbol reads or computes checks every shape and type a node was told; where
+    MXNet infers others, they are the next round's guess. When no round holds, the
+    symbol is built node by node, MXNet inferring each shape a node reads (an inference
+    for each node that reads a shape or type not yet inferred, instead of one).
 
     :param inputs: the arrays the symbol reads, by name: feeds, parameters, constants.
     :return: ``None`` when a node or MXNet refuses (the caller then runs the graph, which
