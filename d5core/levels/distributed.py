@@ -259,8 +259,8 @@ class Communicator(ABC):
         scratch buffer of the same shape and type that the callable keeps and returns
         (the sum of every buffer given so far), with the kernel the library's own
         reductions use; the ping-pong job times it as the reduction rate ``R`` of the
-        cost models (numpy's add when ``None``). ``None`` for
-        a name the library has no direct call for.
+        cost models (numpy's add when ``None``). ``None`` for a name the library has no
+        direct call for.
         """
         return None
 

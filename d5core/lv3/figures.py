@@ -3,7 +3,9 @@ communication and how they scaled.
 
 From ``comm`` runs (``d5 bench comm``): algorithm and bus bandwidth against message size,
 d5's call beside the library's own, one column per rank count, with the median's
-confidence interval and the link's peak where it was given.
+confidence interval and the link's peak where it was given; and from a ping-pong run's
+fit, what the schemes' cost models predict from 2 to 4,096 ranks
+(:mod:`d5core.lv3.model_figures`).
 
 From distributed training runs (``d5 run --ranks N``, kind ``train`` with a
 ``distributed`` setting): the bytes each rank sent and received; each run's
@@ -25,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from d5core.levels.report import ReportFigure, ReportRun
+from d5core.lv3 import model_figures
 from d5core.lv3.comm_sweep import bus_factor
 from d5core.report.style import (
     PALETTE,
@@ -73,6 +76,7 @@ def figures(runs: Sequence[ReportRun]) -> list[ReportFigure]:
     ]
     drawn: list[ReportFigure] = []
     drawn += _bandwidth_figures(comm)
+    drawn += model_figures.figures([r for r in runs if r.kind == "comm"])
     drawn += _volume_figure(train)
     drawn += _time_figure(train)
     drawn += _scaling_figure(train)

@@ -292,8 +292,8 @@ class MPICommunicator(Communicator):
         ``Bcast`` from rank 0 in place, ``Allgather`` into a new array, the ping-pong's
         round trip (``Send`` then ``Recv`` on rank 0, the reverse on rank 1, in place),
         and ``reduce_local``: ``MPI_Reduce_local`` (sum) of the buffer into a scratch
-        buffer of its size (returned), the kernel MPICH's allreduce adds with; ``None`` for other
-        names (see :meth:`d5core.api.Communicator.raw_collective`)."""
+        buffer of its size (returned), the kernel MPICH's allreduce adds with; ``None``
+        for other names (see :meth:`d5core.api.Communicator.raw_collective`)."""
         comm, size, rank = self.comm, self._size, self._rank
         scratch: dict[tuple[tuple[int, ...], str], np.ndarray] = {}
 

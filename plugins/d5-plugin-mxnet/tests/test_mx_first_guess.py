@@ -13,6 +13,7 @@ import numpy as np
 import onnx
 import pytest
 from compile_checks import assert_derived_as_imperative
+from d5_plugin_mxnet._mx import mxnet
 from d5_plugin_mxnet.executor import (
     _WEIGHT_TYPES,
     MXNetExecutor,
@@ -161,7 +162,7 @@ def test_when_shape_inference_fails_the_first_signature_is_built_node_by_node(
 
 
 def test_feeds_bind_the_symbolic_dimensions_or_contradict_them() -> None:
-    mx = pytest.importorskip("mxnet")
+    mx = mxnet()
     f32 = np.dtype(np.float32)
     declared: dict[str, Any] = {"x": (("N", 3), f32), "y": (("N", "N"), f32), "s": ((), f32)}
     x, y = mx.nd.zeros((4, 3)), mx.nd.zeros((4, 4))
