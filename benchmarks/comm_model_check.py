@@ -12,7 +12,9 @@ averaging every 4 steps, D-PSGD):
   averaged over ranks. This holds everything a rank spends inside communication calls,
   waiting for a slower rank included;
 - **synchronized**: the same scheme and parameter shapes run under ``mpiexec`` with
-  random gradients, the ranks meeting at a barrier before each step; a step's time is
+  random gradients, the ranks meeting at a barrier before each step (and, compressed,
+  before each allgather, as each tensor's compression comes first; the barriers are not
+  counted); a step's time is
   the slowest rank's time inside communication calls (``comm_seconds``), and the
   figure is the median over steps (over windows of ``period`` steps for model
   averaging, divided by the period). This is what the model predicts: the transfer,
@@ -123,7 +125,11 @@ def worker(recipe: str) -> list[dict[str, Any]]:
                "dpsgd": (exchange, 1)}  # fmt: skip
     rows = []
     for label, scheme, options in VARIANTS:
-        opt = make_distributed(scheme, sgd(lr=1e-4), comm, **options)
+        # a compressed step compresses each tensor before its allgathers: the ranks meet
+        # at a barrier (not counted) before each one, or the figure would hold the wait
+        # for the other rank's compression, which is compute
+        aligned = AlignedAllgather(comm) if "compression" in options else comm
+        opt = make_distributed(scheme, sgd(lr=1e-4), aligned, **options)
         params = {k: np.zeros(n, dtype=np.float32) for k, n in sizes.items()}
         period = int(options.get("period", 1))
         call, every = library.get(label, (None, 1))
@@ -131,10 +137,11 @@ def worker(recipe: str) -> list[dict[str, Any]]:
         for t in range(-4, SYNC_STEPS):  # 4 warm-up steps
             grads = {k: rng.standard_normal(n).astype(np.float32) for k, n in sizes.items()}
             comm.barrier()
-            before = comm.comm_seconds
+            before, waited = comm.comm_seconds, getattr(aligned, "waited_s", 0.0)
             opt.step(params, grads)
             if t >= 0:
                 times[0, t] = comm.comm_seconds - before
+                times[0, t] -= getattr(aligned, "waited_s", 0.0) - waited
             if call is not None and t % every == 0:
                 comm.barrier()
                 t0 = time.perf_counter()
@@ -150,6 +157,25 @@ def worker(recipe: str) -> list[dict[str, Any]]:
     for row in rows:
         row["fit"] = fit
     return rows if comm.rank == 0 else []
+
+
+class AlignedAllgather:
+    """A communicator whose ``allgather`` first meets the other ranks at a barrier,
+    whose time (held in :attr:`waited_s`) the caller takes out of ``comm_seconds``;
+    everything else goes to ``comm`` unchanged."""
+
+    def __init__(self, comm: Any) -> None:
+        self._comm = comm
+        self.waited_s = 0.0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._comm, name)
+
+    def allgather(self, array: np.ndarray) -> list[np.ndarray]:
+        before = self._comm.comm_seconds
+        self._comm.barrier()
+        self.waited_s += self._comm.comm_seconds - before
+        return self._comm.allgather(array)
 
 
 #: The ping-pong the worker times in its own launch: 8 B to 16 MiB, 4 times a step.
