@@ -142,6 +142,7 @@ def example(session: nox.Session) -> None:
         "./tests/example_plugin[test]",
         "./docs/plugins/template[test]",
         "./docs/plugins/worked_example[test]",
+        "./docs/plugins/algorithm_example[test]",
     )
     pytest(
         session,
@@ -149,6 +150,7 @@ def example(session: nox.Session) -> None:
         "tests/example_plugin/tests",
         "docs/plugins/template/tests",
         "docs/plugins/worked_example/tests",
+        "docs/plugins/algorithm_example/tests",
         "tests/docs",
     )
 

@@ -90,6 +90,10 @@ Level 2: training
 - ``NativeTraining``: what an executor offers so that its framework's own optimizer
   trains on its tensors (the native path); ``CorrectCounter``: what its optional
   ``native_correct_counter()`` returns.
+- ``TrainingAlgorithm``: the interface of a ``d5.algorithms`` entry (``ALGORITHMS_GROUP``),
+  a training algorithm compared on fixed workloads the AlgoPerf way: its settings
+  (optimizer, learning rate, schedule, ...), batch size, search space, and the optional
+  ``prepare_for_eval`` and ``data_selection`` (docs/plugins/algorithms.md).
 
 Level 3: distributed training
 
@@ -166,11 +170,13 @@ if TYPE_CHECKING:
         ReportRun,
     )
     from d5core.levels.training import (
+        ALGORITHMS_GROUP,
         CorrectCounter,
         Dataset,
         NativeTraining,
         Optimizer,
         Sampler,
+        TrainingAlgorithm,
         load_dataset,
         preloads,
     )
@@ -221,11 +227,13 @@ _HOMES: dict[str, tuple[str, ...]] = {
     "d5core.levels.networks": ("GraphExecutor",),
     "d5core.onnx.network": ("Network",),
     "d5core.levels.training": (
+        "ALGORITHMS_GROUP",
         "CorrectCounter",
         "Dataset",
         "NativeTraining",
         "Optimizer",
         "Sampler",
+        "TrainingAlgorithm",
         "load_dataset",
         "preloads",
     ),
@@ -252,6 +260,7 @@ _HOMES: dict[str, tuple[str, ...]] = {
 _HOME_OF: dict[str, str] = {name: home for home, names in _HOMES.items() for name in names}
 
 __all__ = [
+    "ALGORITHMS_GROUP",
     "ANY_SOURCE",
     "ANY_TAG",
     "BEGIN",
@@ -297,6 +306,7 @@ __all__ = [
     "ReportRun",
     "Sampler",
     "TensorDescriptor",
+    "TrainingAlgorithm",
     "UsageError",
     "chunk_counts",
     "collective_bytes",

@@ -24,6 +24,8 @@ The table was read from the history of ``d5core/api.py`` and ``d5core/_version.p
   ``DistributedOptimizer.communication_cost`` returns (``d5 model comm``); the
   ``d5_rank_launcher`` hook gets the argument ``communicator`` (the communicator the
   ranks will use, or None).
+- 1.10 added ``TrainingAlgorithm`` and ``ALGORITHMS_GROUP``, the training-algorithm
+  plugin kind (``d5.algorithms``).
 
 Add a row here whenever a name joins ``d5core.api`` (with the minor bump of
 ``PLUGIN_API_VERSION`` it needs).
@@ -160,6 +162,9 @@ NAMES_ADDED_IN: dict[str, str] = {
     "preloads": "1.8",
     # 1.9: the per-step communication cost a distribution scheme predicts (issue 32)
     "CommCost": "1.9",
+    # 1.10: training algorithms compared the AlgoPerf way (issue 33)
+    "ALGORITHMS_GROUP": "1.10",
+    "TrainingAlgorithm": "1.10",
 }
 
 _VERSION_ADDED = re.compile(r"\.\. versionadded:: (\d+\.\d+)")

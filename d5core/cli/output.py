@@ -38,6 +38,7 @@ __all__ = [
 SCHEMA_VERSIONS: dict[str, int] = {
     "audit net": 1,
     "audit op": 1,
+    "bench algorithms": 1,
     "bench comm": 1,
     "bench net": 1,
     "bench net scenario": 1,
@@ -51,6 +52,7 @@ SCHEMA_VERSIONS: dict[str, int] = {
     "results compare": 1,
     "results export": 1,
     "results list": 1,
+    "results score": 1,
     "results show": 1,
     "results table": 1,
     "run": 1,

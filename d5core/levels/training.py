@@ -13,6 +13,7 @@ import numpy as np
 from d5core.errors import UsageError
 
 __all__ = [
+    "ALGORITHMS_GROUP",
     "CHOICE_KEYS",
     "DATASETS_GROUP",
     "PROBLEM_KEYS",
@@ -22,6 +23,7 @@ __all__ = [
     "NativeTraining",
     "Optimizer",
     "Sampler",
+    "TrainingAlgorithm",
     "check_options",
     "load_dataset",
     "preload_dataset",
@@ -30,6 +32,8 @@ __all__ = [
 
 #: The entry-point group of datasets: factories ``(split, **options) -> Dataset``.
 DATASETS_GROUP = "d5.datasets"
+#: The entry-point group of training algorithms: :class:`TrainingAlgorithm` subclasses.
+ALGORITHMS_GROUP = "d5.algorithms"
 
 
 #: Keys that describe the problem: they belong in FIXED and nowhere else.
@@ -43,12 +47,14 @@ PROBLEM_KEYS: dict[str, str] = {
     "sampler_options": "options of the sampler",
     "epochs": "epochs at most",
     "max_steps": "optimisation steps at most",
-    "time_budget": "wall-clock seconds at most",
-    "loss": "the loss function (cross_entropy)",
+    "time_budget": "seconds at most (budget_clock says which seconds count)",
+    "loss": "the loss function (cross_entropy, or mse for regression)",
     "test_every": '"epoch" or a number of steps',
     "target_accuracy": "test accuracy that ends training and stops time-to-accuracy",
     "target_perplexity": "validation perplexity that ends training and stops time-to-perplexity",
     "patience": "test passes without improvement before stopping",
+    "target_loss": "mean test loss that ends training and stops time-to-loss",
+    "budget_clock": '"wall" (time_budget counts everything) or "training" (not test passes)',
 }
 #: Keys a competitor chooses: in MUTABLE, or in FIXED where the recipe freezes them.
 CHOICE_KEYS: dict[str, str] = {
@@ -62,6 +68,8 @@ CHOICE_KEYS: dict[str, str] = {
     "modifiers": "gradient modifiers spec (clipping, weight decay)",
     "transforms": "training-batch transforms spec",
     "seed": "the one seed every randomness derives from (--seed overrides)",
+    "algorithm": "training algorithm in d5.algorithms, or an optimizer as a baseline",
+    "hyperparameters": "the algorithm's hyperparameters (a point of its search space)",
 }
 #: Every key a training recipe may set, with its meaning.
 RECIPE_KEYS: dict[str, str] = {**PROBLEM_KEYS, **CHOICE_KEYS}
@@ -254,6 +262,50 @@ class Optimizer(ABC):  # noqa: B024 (subclasses override step or update)
         from d5core.errors import UsageError
 
         raise UsageError(f"optimizer {self.name!r} is not framework-native; call step()")
+
+
+class TrainingAlgorithm(ABC):
+    """A training algorithm, compared with others on fixed workloads (AlgoPerf's five
+    functions in d5 terms); registered in ``d5.algorithms``.
+
+    A workload is a recipe whose FIXED section is the problem; ``workload`` is its name.
+    The algorithm chooses MUTABLE keys: :meth:`settings` (AlgoPerf's
+    ``init_optimizer_state`` and ``update_params``: the update rule is a ``d5.optimizers``
+    entry, built once and stepped by the trainer) and :meth:`get_batch_size`. Two
+    optional hooks act while it trains: :meth:`prepare_for_eval` and
+    :meth:`data_selection`. A recipe selects it with ``algorithm = NAME`` and the point
+    of :attr:`search_space` to use with ``hyperparameters = {...}``.
+    """
+
+    #: The name recipes select the algorithm by.
+    name: ClassVar[str] = ""
+    #: Each hyperparameter: ``{distribution = "uniform" | "log_uniform" | "int_uniform",
+    #: min, max}``, ``{distribution = "choice", values = [...]}``, or a plain fixed value.
+    search_space: ClassVar[Mapping[str, Any]] = {}
+
+    def get_batch_size(self, workload: str) -> int | None:
+        """The training batch size on ``workload``; ``None`` keeps the recipe's."""
+        return None
+
+    @abstractmethod
+    def settings(self, workload: str, hyperparameters: Mapping[str, Any]) -> dict[str, Any]:
+        """The MUTABLE recipe keys (``optimizer``, ``lr``, ``optimizer_options``,
+        ``schedule``, ``modifiers``, ``transforms``) to train ``workload`` with, given a
+        point of :attr:`search_space` (every key present)."""
+
+    def prepare_for_eval(
+        self, params: Mapping[str, np.ndarray], optimizer: Optimizer
+    ) -> Mapping[str, np.ndarray] | None:
+        """The parameters to evaluate with before a test pass (an average, say), or
+        ``None`` for the live ones; training goes on from the live ones."""
+        return None
+
+    def data_selection(
+        self, indices: np.ndarray, step: int, rng: np.random.Generator
+    ) -> np.ndarray:
+        """The example indices of step ``step``'s batch, chosen from the sampler's
+        ``indices`` (all of them by default); ``rng`` is seeded by the run's seed."""
+        return indices
 
 
 @runtime_checkable

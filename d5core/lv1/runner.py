@@ -99,10 +99,11 @@ def fallback_note(name: str, executor: Any) -> str:
     return f"the {name} executor ran {len(nodes)} node(s) on {engine} (forward only): {ops}"
 
 
-def with_loss(network: Network) -> tuple[Network, str]:
-    """A copy of ``network`` with a cross-entropy loss on its first output."""
+def with_loss(network: Network, kind: str = "cross_entropy") -> tuple[Network, str]:
+    """A copy of ``network`` with a ``kind`` loss (``cross_entropy``, ``mse``) on its first
+    output."""
     trained = network.copy()
-    loss = trained.add_loss(trained.outputs[0].name, kind="cross_entropy", labels="labels")
+    loss = trained.add_loss(trained.outputs[0].name, kind=kind, labels="labels")
     return trained, loss
 
 

@@ -35,7 +35,11 @@ def run_metrics(recipe: Any) -> tuple[list[Any], dict[str, Any]]:
     from d5core.metrics.selection import make_metric
 
     settings = recipe.settings()
-    metrics = default_metrics(settings.get("target_accuracy"), settings.get("target_perplexity"))
+    metrics = default_metrics(
+        settings.get("target_accuracy"),
+        settings.get("target_perplexity"),
+        target_loss=settings.get("target_loss"),
+    )
     selected: dict[str, Any] = {}
     for name, options in recipe.selected_metrics().items():
         where = (
@@ -136,6 +140,7 @@ class Prepared:
         """Load the data, build the model, executor, optimizer, sampler and trainer, with
         ``clock`` running."""
         from d5core.lv1.runner import executor_by_name, load_model, with_loss
+        from d5core.lv2.algorithms.apply import trainer_hooks
         from d5core.lv2.datasets import data_manifest, load_dataset
         from d5core.lv2.recipes import run_hash
         from d5core.lv2.samplers import make_sampler
@@ -163,7 +168,7 @@ class Prepared:
                 model_options.setdefault("classes", int(self.train_set.num_classes))
             model_options.setdefault("seed", seed)
         network = load_model(s["model"], **model_options)
-        trained, loss = with_loss(network)
+        trained, loss = with_loss(network, kind=str(s.get("loss", "cross_entropy")))
         executor = executor_by_name(s["executor"], trained)
         opt_cls = get_plugin_manager().load("d5.optimizers", s["optimizer"])
         try:
@@ -213,13 +218,15 @@ class Prepared:
             target_accuracy=s.get("target_accuracy"),
             patience=s.get("patience"),
             target_perplexity=s.get("target_perplexity"),
+            target_loss=s.get("target_loss"),
+            budget_clock=str(s.get("budget_clock", "wall")),
         )
         self.trainer = Trainer(
             executor, loss, optimizer, self.train_set, sampler,
             test_set=self.test_set, test_every=s["test_every"], schedule=schedule,
             modifiers=modifiers, transforms=transforms, stop=stop, seed=seed,
             eval_batch_size=int(s["eval_batch_size"]), clock=clock,
-            agree=dist.agree if dist is not None else None,
+            agree=dist.agree if dist is not None else None, **trainer_hooks(s, Trainer),
         )  # fmt: skip
 
 

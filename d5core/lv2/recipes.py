@@ -40,6 +40,7 @@ __all__ = [
     "CHOICE_KEYS",
     "DEFAULTS",
     "FRACTION_METRICS",
+    "LOSSES",
     "METRIC_NAMES",
     "PROBLEM_KEYS",
     "REQUIRED_KEYS",
@@ -76,6 +77,13 @@ METRIC_NAMES: dict[str, str] = {
     "final_perplexity": "validation perplexity of the last test pass (language models)",
     "best_perplexity": "lowest validation perplexity of any test pass (language models)",
     "time_to_perplexity": "seconds until target_perplexity is first reached",
+    "final_test_loss": "mean test loss of the last test pass (regression, or a target_loss)",
+    "best_test_loss": "lowest mean test loss of any test pass (regression, or a target_loss)",
+    "time_to_loss": "seconds until target_loss is first reached",
+    "time_to_target_training": "seconds until the run's target is first reached, the test "
+    "passes left out (AlgoPerf's clock; runs with a target)",
+    "eval_time": "seconds of test passes until the target was reached, or in the whole run "
+    "when it was not (runs with a target)",
     "training_accuracy": "last epoch's accuracy on training batches (fraction)",
     "final_loss": "last training loss",
     "throughput": "training samples per second",
@@ -84,6 +92,11 @@ METRIC_NAMES: dict[str, str] = {
     "epochs": "epochs run",
 }
 _SECTIONS = ("FIXED", "MUTABLE", "METRICS")
+#: The values of the ``loss`` key: the loss kinds of a network
+#: (:meth:`d5core.onnx.network.Network.add_loss`).
+LOSSES = ("cross_entropy", "mse")
+#: The FIXED keys that set a target.
+_TARGETS = ("target_accuracy", "target_perplexity", "target_loss")
 
 
 #: Metrics whose values are fractions: their thresholds must lie in [0, 1].
@@ -204,6 +217,7 @@ class Recipe:
             else:
                 mutable[top] = value
             changes[key] = value
+        mutable = _with_algorithm(self.name, self.fixed, mutable, changes)
         _check_settings(self.name, {**self.fixed, **mutable})
         digest = sections_hash(self.fixed, mutable, self.metrics)
         return replace(self, mutable=mutable, overrides=changes, hash=digest)
@@ -256,6 +270,24 @@ class Recipe:
         return seed
 
 
+def _with_algorithm(
+    name: str, fixed: dict[str, Any], mutable: dict[str, Any], changes: Mapping[str, Any]
+) -> dict[str, Any]:
+    """MUTABLE with the choices of the recipe's ``algorithm``, if it names one
+    (:mod:`d5core.lv2.algorithms.apply`); ``changes`` are the ``--set`` keys so far."""
+    from d5core.lv2.algorithms.apply import apply_algorithm
+
+    explicit = {str(key).partition(".")[0] for key in changes}
+    return apply_algorithm(name, fixed, mutable, explicit)
+
+
+def _owned(merged: Mapping[str, Any]) -> tuple[str, ...]:
+    """The required keys that the recipe's ``algorithm`` provides (none without one)."""
+    from d5core.lv2.algorithms.apply import owned_keys
+
+    return owned_keys(merged)
+
+
 def _check_section(name: str, section: str, value: Any) -> dict[str, Any]:
     if value is None:
         return {}
@@ -282,8 +314,14 @@ def _check_settings(name: str, merged: Mapping[str, Any]) -> None:
 
     for key in ("epochs", "max_steps", "batch_size", "eval_batch_size", "patience"):
         number(key, integer=True)
-    for key in ("lr", "time_budget", "target_accuracy", "target_perplexity"):
+    for key in ("lr", "time_budget", "target_accuracy", "target_perplexity", "target_loss"):
         number(key)
+    budget_clock = merged.get("budget_clock")
+    if budget_clock is not None and budget_clock not in ("wall", "training"):
+        raise UsageError(
+            f'recipe {name}: budget_clock must be "wall" (time_budget counts every second) or '
+            f'"training" (test passes left out), got {budget_clock!r}'
+        )
     goal = merged.get("target_perplexity")
     if goal is not None and goal <= 1:
         raise UsageError(
@@ -308,9 +346,17 @@ def _check_settings(name: str, merged: Mapping[str, Any]) -> None:
         raise UsageError(
             f'recipe {name}: test_every must be "epoch" or a step count, got {every!r}'
         )
-    if merged.get("loss", "cross_entropy") != "cross_entropy":
+    if merged.get("loss", "cross_entropy") not in LOSSES:
         raise UsageError(
-            f"recipe {name}: loss {merged['loss']!r} is not supported; use cross_entropy"
+            f"recipe {name}: loss {merged['loss']!r} is not supported; use cross_entropy "
+            "(classes) or mse (regression targets)"
+        )
+    if merged.get("loss") == "mse" and (
+        merged.get("target_accuracy") is not None or merged.get("target_perplexity") is not None
+    ):
+        raise UsageError(
+            f"recipe {name}: loss mse trains regression targets, where accuracy and perplexity "
+            "mean nothing; set target_loss instead of target_accuracy/target_perplexity"
         )
     for key in ("model", "dataset", "executor", "optimizer", "sampler"):
         if key in merged and not isinstance(merged[key], str):
@@ -593,7 +639,7 @@ def load_recipe(path: str | Path) -> Recipe:
             "not MUTABLE"
         )
     merged = {**fixed, **mutable}
-    missing = [k for k in REQUIRED_KEYS if k not in merged]
+    missing = [k for k in REQUIRED_KEYS if k not in merged and k not in _owned(merged)]
     if missing:
         raise UsageError(f"recipe {name}: missing required key(s) {', '.join(missing)}")
     _check_settings(name, merged)
@@ -602,6 +648,13 @@ def load_recipe(path: str | Path) -> Recipe:
         raise UsageError(f"recipe {name}: time_to_accuracy needs target_accuracy in FIXED")
     if "time_to_perplexity" in checked and "target_perplexity" not in fixed:
         raise UsageError(f"recipe {name}: time_to_perplexity needs target_perplexity in FIXED")
+    if "time_to_loss" in checked and "target_loss" not in fixed:
+        raise UsageError(f"recipe {name}: time_to_loss needs target_loss in FIXED")
+    if "time_to_target_training" in checked and not any(k in fixed for k in _TARGETS):
+        raise UsageError(
+            f"recipe {name}: time_to_target_training needs a target in FIXED "
+            f"({', '.join(_TARGETS)})"
+        )
     try:
         digest = sections_hash(fixed, mutable, checked)
     except UsageError as exc:

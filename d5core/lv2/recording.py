@@ -37,6 +37,11 @@ METRIC_UNITS: dict[str, str] = {
     "time_to_perplexity": "s",
     "final_perplexity": "perplexity",
     "best_perplexity": "perplexity",
+    "time_to_loss": "s",
+    "time_to_target_training": "s",
+    "eval_time": "s",
+    "final_test_loss": "loss",
+    "best_test_loss": "loss",
     "throughput": "samples/s",
     "wall_time": "s",
 }

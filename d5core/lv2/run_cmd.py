@@ -72,19 +72,32 @@ def _echo_run(run: TrainedRun) -> None:
     result, values = run.result, run.values
     acc = values["final_test_accuracy"]
     tta = values["time_to_accuracy"]
-    # a language model's run has a target perplexity and often no target accuracy
-    shows_tta = tta is not None or "final_perplexity" not in values
+    regression = bool(getattr(result, "regression", False))
+    # a language model's run has a target perplexity and often no target accuracy, and
+    # a regression's run has no accuracy at all
+    shows_tta = not regression and (
+        tta is not None or not ({"final_perplexity", "time_to_loss"} & set(values))
+    )
     click.echo(
         f"run {run.run_id}: {result.status} ({result.stop_reason}) after {result.epochs} "
-        f"epochs, {result.steps} steps, {result.wall_s:.2f} s; final test accuracy "
-        f"{'-' if acc is None else f'{acc:.4f}'}"
+        f"epochs, {result.steps} steps, {result.wall_s:.2f} s"
+        + ("" if regression else f"; final test accuracy {'-' if acc is None else f'{acc:.4f}'}")
         + (
             f"; time to accuracy {'not reached' if tta is None else f'{tta:.2f} s'}"
             if shows_tta
             else ""
         )
         + _perplexity_text(values)
+        + _loss_text(values)
     )
+    if "time_to_target_training" in values:
+        ttt, spent = values["time_to_target_training"], values.get("eval_time")
+        click.echo(
+            "  time to target without test passes: "
+            f"{'not reached' if ttt is None else f'{ttt:.2f} s'}; test passes "
+            f"{'-' if spent is None else f'{spent:.2f} s'}"
+            + (" until then" if ttt is not None else " in all")
+        )
     parts = getattr(result, "time_to_accuracy_parts", {})
     if parts:
         shown = ", ".join(f"{name} {seconds:.3f}" for name, seconds in parts.items())
@@ -110,6 +123,19 @@ def _perplexity_text(values: dict[str, float | None]) -> str:
     )
 
 
+def _loss_text(values: dict[str, float | None]) -> str:
+    """A regression's (or a target loss's) part of the run's line: final test loss,
+    time to loss."""
+    if "final_test_loss" not in values:
+        return ""
+    loss = values["final_test_loss"]
+    text = f"; final test loss {'-' if loss is None else f'{loss:.4g}'}"
+    if "time_to_loss" in values:  # a run with a target loss
+        ttl = values["time_to_loss"]
+        text += f"; time to loss {'not reached' if ttl is None else f'{ttl:.2f} s'}"
+    return text
+
+
 def _shown(value: float | None, result: dict[str, Any]) -> str:
     """A selected metric's value with its unit, or why it has none."""
     if value is None:
@@ -129,6 +155,14 @@ def _echo_summary(runs: Sequence[TrainedRun]) -> None:
     from d5core.lv2.runner import repeat_summary
 
     summary = repeat_summary([r.to_json() for r in runs])
+    if "reached_target_loss" in summary:  # a regression's runs, or a target loss
+        olympic = summary["time_to_loss_olympic_mean"]
+        click.echo(
+            f"{len(runs)} runs, {summary['reached_target_loss']} reached the target loss; "
+            f"time to loss olympic mean {'-' if olympic is None else f'{olympic:.3f} s'}"
+        )
+        click.echo(_WARMED)
+        return
     if "reached_target_perplexity" in summary:  # a language model's runs
         olympic = summary["time_to_perplexity_olympic_mean"]
         click.echo(

@@ -112,6 +112,8 @@ def metric_values(result: Any, selected: Iterable[str] = ()) -> dict[str, float 
         "best_test_accuracy": result.best_test_accuracy,
         "time_to_accuracy": result.time_to_accuracy,
         **_perplexity_figures(result),
+        **_loss_figures(result),
+        **_target_figures(result),
         "training_accuracy": float(training) if isinstance(training, int | float) else None,
         "final_loss": final_loss,
         "throughput": result.throughput.get("samples_per_s"),
@@ -132,6 +134,34 @@ def _perplexity_figures(result: Any) -> dict[str, float | None]:
         "final_perplexity": getattr(result, "final_perplexity", None),
         "best_perplexity": getattr(result, "best_perplexity", None),
         "time_to_perplexity": getattr(result, "time_to_perplexity", None),
+    }
+
+
+def _loss_figures(result: Any) -> dict[str, float | None]:
+    """The test-loss figures (final and best test loss; time to loss with a target loss),
+    for a run with a target loss or with regression targets (whose test passes have no
+    accuracy); none for other runs."""
+    targets = getattr(result, "targets", {})
+    if "loss" not in targets and not getattr(result, "regression", False):
+        return {}
+    figures = {
+        "final_test_loss": getattr(result, "final_test_loss", None),
+        "best_test_loss": getattr(result, "best_test_loss", None),
+    }
+    if "loss" in targets:
+        figures["time_to_loss"] = getattr(result, "time_to_loss", None)
+    return figures
+
+
+def _target_figures(result: Any) -> dict[str, float | None]:
+    """For a run with a target: its time to target with the test passes left out
+    (AlgoPerf's clock; ``None`` when not reached) and the seconds of the test passes
+    until then (the whole run's when not reached); none for a run without a target."""
+    if not getattr(result, "targets", {}):
+        return {}
+    return {
+        "time_to_target_training": getattr(result, "time_to_target_training", None),
+        "eval_time": getattr(result, "eval_time", None),
     }
 
 
@@ -178,6 +208,30 @@ def repeat_summary(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         summary["final_test_accuracy"] = {
             k: v for k, v in range_of(accs).items() if k in ("median", "min", "max")
         }
+    if any("time_to_target_training" in r["metrics"] for r in rows):  # runs with a target
+        training = [r["metrics"].get("time_to_target_training") for r in rows]
+        ttt = time_to_accuracy_summary(
+            [t if isinstance(t, int | float) else None for t in training]
+        )
+        summary["time_to_target_training_olympic_mean"] = ttt["olympic_mean"]
+        summary["time_to_target_training"] = {
+            k: _finite(ttt[k]) for k in ("median", "ci_low", "ci_high")
+        }
+    if any("time_to_loss" in r["metrics"] for r in rows):  # regression, or a target loss
+        ttls = [r["metrics"].get("time_to_loss") for r in rows]
+        ttl = time_to_accuracy_summary([t if isinstance(t, int | float) else None for t in ttls])
+        summary["reached_target_loss"] = ttl["reached"]
+        summary["time_to_loss_olympic_mean"] = ttl["olympic_mean"]
+        summary["time_to_loss"] = {k: _finite(ttl[k]) for k in ("median", "ci_low", "ci_high")}
+        test_losses = [
+            float(v)
+            for v in (r["metrics"].get("final_test_loss") for r in rows)
+            if isinstance(v, int | float)
+        ]
+        if test_losses:
+            summary["final_test_loss"] = {
+                k: v for k, v in range_of(test_losses).items() if k in ("median", "min", "max")
+            }
     if any("final_perplexity" in r["metrics"] for r in rows):  # language models
         ttps = [r["metrics"].get("time_to_perplexity") for r in rows]
         ttp = time_to_accuracy_summary([t if isinstance(t, int | float) else None for t in ttps])

@@ -29,9 +29,24 @@ throughput count positions. Test passes over sequence labels, and every run with
 target perplexity, also carry ``perplexity`` (the exponential of the mean per-position
 cross-entropy), which the perplexity metrics (:mod:`d5core.lv2.metrics.perplexity`) read.
 
+Labels of float dtype are regression targets (a dataset whose ``num_classes`` is
+``None``, trained with an MSE loss): nothing counts correct predictions, test passes
+carry the mean test ``loss`` and no accuracy, and the target is ``target_loss``.
+
 The run's clock (``run.start``, time to accuracy, wall time, time budget) starts at the
 first touch of data, as MLPerf's does. A caller that loads the data before it can build
 the trainer starts a :class:`RunClock` before loading and hands it over (``clock=``).
+With ``budget_clock="training"`` the time budget counts training time only: the test
+passes are left out, as AlgoPerf leaves out evaluation. Every run with a target also
+reports its time to target with the test passes left out
+(:attr:`TrainingResult.time_to_target_training`) and the seconds of the test passes up
+to then (:attr:`TrainingResult.eval_time`).
+
+Two call points serve training algorithms (``d5.algorithms``): ``prepare_for_eval``
+is called before each test pass with the current parameters (numpy arrays) and the
+optimizer, and may hand back other parameters to evaluate (an average, say), after
+which the live ones are restored for training; ``data_selection`` picks each step's
+example indices from the sampler's.
 """
 
 from __future__ import annotations
@@ -61,6 +76,7 @@ from d5core.levels.training import CorrectCounter, NativeTraining
 from d5core.metrics._common import StepBlock, StepFeed
 
 __all__ = [
+    "BUDGET_CLOCKS",
     "COMPLETE",
     "DIVERGED",
     "NATIVE",
@@ -69,6 +85,8 @@ __all__ = [
     "TTA_PARTS",
     "CorrectCounter",
     "Curves",
+    "DataSelection",
+    "PrepareForEval",
     "RunClock",
     "StopConditions",
     "Trainer",
@@ -90,6 +108,17 @@ TTA_PARTS: dict[str, str] = {
     "loop": "the rest: reading batches from the dataset, the sampler, the metrics, the "
     "trainer's bookkeeping",
 }
+#: What :attr:`StopConditions.time_budget_s` counts: ``"wall"`` every second since the
+#: clock started, ``"training"`` those outside the test passes.
+BUDGET_CLOCKS = ("wall", "training")
+#: A training algorithm's ``prepare_for_eval``: ``(params, optimizer)`` to the
+#: parameters a test pass evaluates, or ``None`` for the live ones.
+PrepareForEval = Callable[[Mapping[str, np.ndarray], Any], Mapping[str, np.ndarray] | None]
+#: A training algorithm's ``data_selection``: ``(indices, step, rng)`` to the example
+#: indices of the step's batch.
+DataSelection = Callable[[np.ndarray, int, np.random.Generator], np.ndarray]
+#: The second word of the seed of ``data_selection``'s generator (``[seed, this]``).
+_SELECTION_STREAM = 0x5E1EC7
 #: :attr:`TrainingResult.optimizer_path` values.
 NATIVE = "native"
 NUMPY = "numpy"
@@ -120,11 +149,17 @@ class StopConditions:
 
     :param max_epochs: epochs to run at most (always bounded).
     :param max_steps: optimisation steps at most, or ``None``.
-    :param time_budget_s: wall-clock seconds at most (checked after each step), or ``None``.
+    :param time_budget_s: seconds at most (checked after each step; which seconds count:
+        ``budget_clock``), or ``None``.
     :param target_accuracy: stop at the first test pass reaching it, or ``None``.
     :param target_perplexity: stop at the first test pass whose perplexity is at most
         this, or ``None``.
-    :param patience: stop after this many test passes without a better accuracy, or ``None``.
+    :param patience: stop after this many test passes without a better accuracy (a lower
+        test loss for regression targets), or ``None``.
+    :param target_loss: stop at the first test pass whose mean test loss is at most this
+        (a regression's target, any run's with a loss), or ``None``.
+    :param budget_clock: what ``time_budget_s`` counts: ``"wall"`` (every second) or
+        ``"training"`` (the test passes left out, as AlgoPerf does).
     """
 
     max_epochs: int = 1
@@ -133,6 +168,8 @@ class StopConditions:
     target_accuracy: float | None = None
     patience: int | None = None
     target_perplexity: float | None = None
+    target_loss: float | None = None
+    budget_clock: str = "wall"
 
     def __post_init__(self) -> None:
         if self.max_epochs < 1:
@@ -148,6 +185,23 @@ class StopConditions:
                 f"target_perplexity must be above 1 (a perfect model scores 1), "
                 f"got {self.target_perplexity}"
             )
+        if self.target_loss is not None and not (
+            self.target_loss > 0 and math.isfinite(self.target_loss)
+        ):
+            raise UsageError(f"target_loss must be a positive number, got {self.target_loss}")
+        if self.budget_clock not in BUDGET_CLOCKS:
+            raise UsageError(
+                f'budget_clock must be "wall" or "training", got {self.budget_clock!r}'
+            )
+
+    def targets(self) -> dict[str, float]:
+        """The targets set, by kind (``accuracy``, ``perplexity``, ``loss``)."""
+        found = {
+            "accuracy": self.target_accuracy,
+            "perplexity": self.target_perplexity,
+            "loss": self.target_loss,
+        }
+        return {kind: float(v) for kind, v in found.items() if v is not None}
 
 
 @dataclass
@@ -186,6 +240,22 @@ class TrainingResult:
     #: Where the time to accuracy went, in seconds, by :data:`TTA_PARTS` name (empty when
     #: the target was not reached).
     time_to_accuracy_parts: dict[str, float] = field(default_factory=dict)
+    #: Mean test loss of the last and of the best (lowest) test pass, and seconds until
+    #: ``target_loss`` was first reached (``None``: not measured, or not reached).
+    final_test_loss: float | None = None
+    best_test_loss: float | None = None
+    time_to_loss: float | None = None
+    #: The stop conditions' targets, by kind (``accuracy``, ``perplexity``, ``loss``).
+    targets: dict[str, float] = field(default_factory=dict)
+    #: The kind of the target reached first (``None``: none reached), and its time with
+    #: the test passes left out (AlgoPerf's training time to target).
+    target_reached: str | None = None
+    time_to_target_training: float | None = None
+    #: Seconds spent in test passes until the target was reached, or in the whole run
+    #: when it was not.
+    eval_time: float = 0.0
+    #: Whether the labels were regression targets (floats): no accuracy is measured.
+    regression: bool = False
 
 
 @dataclass
@@ -228,9 +298,14 @@ class RunClock:
         bus: MetricBus | None = None,
         metrics: Iterable[Any] | None = None,
         target_perplexity: float | None = None,
+        target_loss: float | None = None,
     ) -> RunClock:
         """Attach ``metrics`` (default :func:`default_metrics`) and publish ``run.start``."""
-        chosen = default_metrics(target_accuracy, target_perplexity) if metrics is None else metrics
+        chosen = (
+            default_metrics(target_accuracy, target_perplexity, target_loss=target_loss)
+            if metrics is None
+            else metrics
+        )
         clock = cls(bus if bus is not None else MetricBus(), chosen)
         clock.begin()
         return clock
@@ -272,11 +347,17 @@ class RunClock:
             self.started = False
 
 
-def default_metrics(target: float | None, target_perplexity: float | None = None) -> list[Any]:
+def default_metrics(
+    target: float | None,
+    target_perplexity: float | None = None,
+    *,
+    target_loss: float | None = None,
+) -> list[Any]:
     """The training metrics every run measures, loaded from the ``d5.metrics`` group.
 
     With ``target_perplexity`` (a language model's run) the perplexity metrics
-    ``validation_perplexity``, ``final_perplexity`` and ``time_to_perplexity`` too.
+    ``validation_perplexity``, ``final_perplexity`` and ``time_to_perplexity`` too; with
+    ``target_loss``, ``time_to_loss``.
     """
     from d5core.plugins import get_plugin_manager
 
@@ -290,7 +371,18 @@ def default_metrics(target: float | None, target_perplexity: float | None = None
         for name in ("validation_perplexity", "final_perplexity"):
             out.append(manager.load("d5.metrics", name)())
         out.append(manager.load("d5.metrics", "time_to_perplexity")(target=target_perplexity))
+    if target_loss is not None:
+        out.append(_time_to_loss(manager)(target=target_loss))
     return out
+
+
+def _time_to_loss(manager: Any) -> Any:
+    """The ``time_to_loss`` metric class: its ``d5.metrics`` entry, else d5's own."""
+    if "time_to_loss" in manager.names("d5.metrics"):
+        return manager.load("d5.metrics", "time_to_loss")
+    from d5core.lv2.metrics.loss import TimeToLoss  # an installation without its entry
+
+    return TimeToLoss
 
 
 def _first_output(executor: Any) -> str:
@@ -344,17 +436,20 @@ def _on_host(value: Any) -> np.ndarray:
     return np.asarray(to_numpy() if callable(to_numpy) else value)
 
 
-def _sequence_labels(dataset: Any) -> bool:
-    """Whether ``dataset`` labels each example with more than one class index (one per
-    position: ``(N, d1, ...)``), from its first example; ``False`` for an empty one."""
+def _label_kinds(dataset: Any) -> tuple[bool, bool]:
+    """``(regression, sequence)`` of ``dataset``'s labels, from its first example:
+    regression when they are floats (targets, not class indices); sequence when each
+    example has more than one class index (one per position: ``(N, d1, ...)``). Both
+    ``False`` for an empty dataset."""
     try:
         size = len(dataset)
     except TypeError:
-        return False
+        return False, False
     if size == 0:
-        return False
+        return False, False
     _, y = dataset.batch(np.arange(1))
-    return bool(np.ndim(y) > 1)
+    regression = bool(np.issubdtype(np.asarray(y).dtype, np.floating))
+    return regression, not regression and bool(np.ndim(y) > 1)
 
 
 def _first_input(executor: Any) -> str:
@@ -414,6 +509,14 @@ class Trainer:
         it the clock starts when :meth:`run` begins.
     :param on_progress: called with the run's :class:`Curves` after every step and
         every test pass (to store samples as they come).
+    :param prepare_for_eval: ``(params, optimizer) -> params or None``, called before
+        each test pass with the current parameters as numpy arrays (the trainable ones)
+        and the optimizer; parameters it returns are evaluated instead of the live
+        ones, which are restored before training goes on. Its own time counts as
+        training time; copying the parameters around it counts as test time.
+    :param data_selection: ``(indices, step, rng) -> indices``: the example indices of
+        each step's batch, chosen from the sampler's; ``rng`` is a generator derived
+        from ``seed``, the same for every run with that seed.
     """
 
     def __init__(
@@ -440,6 +543,8 @@ class Trainer:
         agree: Callable[[str | None], str | None] | None = None,
         clock: RunClock | None = None,
         on_progress: Callable[[Curves], None] | None = None,
+        prepare_for_eval: PrepareForEval | None = None,
+        data_selection: DataSelection | None = None,
     ) -> None:
         if test_every != "epoch" and not (isinstance(test_every, int) and test_every > 0):
             raise UsageError(
@@ -465,25 +570,49 @@ class Trainer:
             raise UsageError("a Trainer given a clock takes its bus and metrics from it")
         self.clock = clock
         self.on_progress = on_progress
+        self.prepare_for_eval = prepare_for_eval
+        self.data_selection = data_selection
         self.curves = Curves()
         if clock is not None:
             self.bus, self.metrics = clock.bus, clock.metrics
         else:
             self.bus = bus if bus is not None else MetricBus()
             self.metrics = list(
-                default_metrics(self.stop.target_accuracy) if metrics is None else metrics
+                default_metrics(
+                    self.stop.target_accuracy,
+                    self.stop.target_perplexity,
+                    target_loss=self.stop.target_loss,
+                )
+                if metrics is None
+                else metrics
+            )
+        #: Whether labels are regression targets (floats) and whether they hold one
+        #: class per position, ``(N, d1, ...)`` (sequence models).
+        self.regression, self.sequence_labels = _label_kinds(train_set)
+        if self.regression and (
+            self.stop.target_accuracy is not None or self.stop.target_perplexity is not None
+        ):
+            raise UsageError(
+                "the training labels are regression targets (floats): a target accuracy or "
+                "perplexity means nothing there; set target_loss instead"
             )
         #: Whether a metric reads training's correct predictions (``reads_correct``, as
         #: ``training_accuracy`` does); on the native path nothing is counted otherwise.
-        self._reads_correct = any(getattr(m, "reads_correct", False) for m in self.metrics)
+        #: Never for regression targets: there is nothing to count.
+        self._reads_correct = not self.regression and any(
+            getattr(m, "reads_correct", False) for m in self.metrics
+        )
         self.eval_batch_size = eval_batch_size
         self.progress = sys.stdout.isatty() if progress is None else progress
         self.logits = logits or _first_output(executor)
         self.input = _first_input(executor)
         self.params: dict[str, np.ndarray] = {}
         self._rng = np.random.default_rng(seed)
-        #: Whether labels hold one class per position, ``(N, d1, ...)`` (sequence models).
-        self.sequence_labels = _sequence_labels(train_set)
+        # data_selection's generator: a stream of its own, so that the transforms' draws
+        # are the same with and without it
+        self._selection_rng = np.random.default_rng([seed, _SELECTION_STREAM])
+        #: The dtype labels are fed in: class indices, or regression targets.
+        self.label_dtype: type[np.generic] = np.float32 if self.regression else np.int64
         #: Whether test passes report perplexity.
         self.reports_perplexity = self.sequence_labels or self.stop.target_perplexity is not None
         capable = native_capable(executor, optimizer) and modifiers is None
@@ -520,25 +649,30 @@ class Trainer:
         x, y = self.train_set.batch(np.asarray(indices))
         x = self._transform(x)
         n = int(np.size(y))  # examples, or positions for sequence labels
-        feeds = {self.input: x, "labels": np.asarray(y, dtype=np.int64)}
+        feeds = {self.input: x, "labels": np.asarray(y, dtype=self.label_dtype)}
         unpublished = self._unpublished
         t0 = time.perf_counter()
         if unpublished is None:
             span = self.bus.span(TRAIN_STEP, level=_LEVEL, batch_size=n, step=step, epoch=epoch)
             with span as sp:
                 loss, correct, lr = self._numpy_work(feeds, y, step)
-                sp.set(loss=loss, correct=correct, count=n, lr=lr)
+                if correct is None:  # regression: nothing to count
+                    sp.set(loss=loss, count=n, lr=lr)
+                else:
+                    sp.set(loss=loss, correct=correct, count=n, lr=lr)
         else:
             loss, correct, lr = self._numpy_work(feeds, y, step)
             unpublished.batch_sizes.append(n)
             unpublished.lrs.append(lr)
-            unpublished.correct.append(correct)
+            if correct is not None:
+                unpublished.correct.append(correct)
         return loss, n, time.perf_counter() - t0
 
     def _numpy_work(
         self, feeds: dict[str, np.ndarray], y: np.ndarray, step: int
-    ) -> tuple[float, int, float]:
-        """The timed work of a numpy-path step; returns (loss, correct, learning rate)."""
+    ) -> tuple[float, int | None, float]:
+        """The timed work of a numpy-path step; returns (loss, correct, learning rate),
+        ``correct`` ``None`` for regression targets."""
         # overflow is divergence, reported as a result: numpy need not warn about it
         with np.errstate(over="ignore", invalid="ignore"):
             if self.schedule is not None:
@@ -546,7 +680,11 @@ class Trainer:
             lr = float(self.optimizer.lr)
             outputs, grads = self.executor.inference_and_backprop(feeds, self.loss)
             loss = float(np.asarray(outputs[self.loss]).reshape(-1)[0])
-            correct = int(np.sum(np.argmax(outputs[self.logits], axis=1) == y))
+            correct = (
+                None
+                if self.regression
+                else int(np.sum(np.argmax(outputs[self.logits], axis=1) == y))
+            )
             if math.isfinite(loss):
                 if not self.params:
                     current = self.executor.get_parameters()
@@ -566,8 +704,10 @@ class Trainer:
         self.optimizer.bind(executor)  # type: ignore[attr-defined]
         self._bound = True
         make = getattr(executor, "native_correct_counter", None)
-        # device counters compare argmax(-1) with labels (N,): not sequence labels
-        self._counter = make() if callable(make) and not self.sequence_labels else None
+        # device counters compare argmax(-1) with labels (N,): not sequence labels, and
+        # nothing to count for regression targets
+        plain = not (self.sequence_labels or self.regression)
+        self._counter = make() if callable(make) and plain else None
         apply = getattr(executor, "apply_running_stats", None)
         self._apply_stats = apply if callable(apply) else None
 
@@ -619,7 +759,7 @@ class Trainer:
         if self.schedule is not None:
             optimizer.lr = float(self.schedule(step))
         lr = float(optimizer.lr)
-        feeds = executor.to_native({self.input: x, "labels": np.asarray(y, dtype=np.int64)})
+        feeds = executor.to_native({self.input: x, "labels": np.asarray(y, dtype=self.label_dtype)})
         outputs, grads = executor.native_train_step(feeds, self.loss)
         value = outputs[self.loss]
         try:
@@ -653,8 +793,8 @@ class Trainer:
             return None
         if self.optimizer_path == NATIVE:
             host_counts = self._counting is None and self._reads_correct
-        else:
-            host_counts = True  # the numpy path counts on the host every step
+        else:  # the numpy path counts on the host every step, unless there is nothing
+            host_counts = not self.regression
         return _Unpublished(feed, epoch, step, len(self.curves.losses), host_counts)
 
     def _deliver_steps(self) -> None:
@@ -693,33 +833,86 @@ class Trainer:
         return self._counter if self.bus.wants(TRAIN_EPOCH + END) else None
 
     def evaluate(self, step: int, epoch: int) -> dict[str, Any]:
-        """One test pass over the whole test set (inference only), published as ``test.pass``."""
+        """One test pass over the whole test set (inference only), published as ``test.pass``.
+
+        The pass carries its accuracy (not for regression targets), its mean ``loss``
+        and, when the run reports it, its perplexity.
+        """
         assert self.test_set is not None
         size = len(self.test_set)
         correct = total = 0
         loss_sum = 0.0
+        regression = self.regression
         with self.bus.span(TEST_PASS, level=_LEVEL, step=step, epoch=epoch) as sp:
             for start in range(0, size, self.eval_batch_size):
                 idx = np.arange(start, min(start + self.eval_batch_size, size))
                 x, y = self.test_set.batch(idx)
-                y = np.asarray(y, dtype=np.int64)
+                y = np.asarray(y, dtype=self.label_dtype)
                 out = self.executor.inference({self.input: x, "labels": y})
-                correct += int(np.sum(np.argmax(out[self.logits], axis=1) == y))
+                if not regression:
+                    correct += int(np.sum(np.argmax(out[self.logits], axis=1) == y))
                 total += y.size
                 if self.loss in out:  # the mean over the batch's examples or positions
                     loss_sum += float(np.asarray(out[self.loss]).reshape(-1)[0]) * y.size
-            accuracy = correct / total if total else 0.0
             loss = loss_sum / total if total else math.nan
-            extra = {"perplexity": _perplexity(loss)} if self.reports_perplexity else {}
-            sp.set(accuracy=accuracy, correct=correct, count=total, loss=loss, **extra)
-        return {
-            "step": step,
-            "epoch": epoch,
-            "accuracy": accuracy,
-            "loss": loss,
-            "count": total,
-            **extra,
-        }
+            record: dict[str, Any] = {"step": step, "epoch": epoch}
+            if not regression:
+                record["accuracy"] = correct / total if total else 0.0
+                sp.set(accuracy=record["accuracy"], correct=correct)
+            record.update(loss=loss, count=total)
+            if self.reports_perplexity:
+                record["perplexity"] = _perplexity(loss)
+                sp.set(perplexity=record["perplexity"])
+            sp.set(count=total, loss=loss)
+        return record
+
+    def _live_parameters(self) -> dict[str, np.ndarray]:
+        """The trainable parameters as numpy arrays: the numpy path's own (no copy), or
+        copies of the executor's (the native path, or before the first step)."""
+        if self.params:
+            return self.params
+        current = self.executor.get_parameters()
+        if self.optimizer_path == NATIVE:
+            trainable = set(self.executor.native_parameters())
+            return {k: v for k, v in current.items() if k in trainable}
+        return dict(current)
+
+    def _test_pass(self, step: int, epoch: int, spent: dict[str, float]) -> dict[str, Any]:
+        """A test pass, on the parameters ``prepare_for_eval`` hands back when it is set
+        and returns some (the live ones restored after it). Adds the seconds of the
+        pass and of the copies to ``spent["tests"]``; the call itself is not among them.
+        """
+        started = time.perf_counter()
+        prepare = self.prepare_for_eval
+        if prepare is None:
+            result = self.evaluate(step, epoch)
+            spent["tests"] += time.perf_counter() - started
+            return result
+        live = self._live_parameters()
+        called = time.perf_counter()
+        chosen = prepare(live, self.optimizer)
+        own = time.perf_counter() - called
+        if chosen is None:
+            result = self.evaluate(step, epoch)
+        else:
+            self.executor.set_parameters(chosen)
+            try:
+                result = self.evaluate(step, epoch)
+            finally:
+                self.executor.set_parameters(live)
+        spent["tests"] += time.perf_counter() - started - own
+        return result
+
+    def _select(self, indices: Any, step: int) -> np.ndarray:
+        """``data_selection``'s choice of this step's example indices, checked."""
+        assert self.data_selection is not None
+        chosen = np.asarray(self.data_selection(np.asarray(indices), step, self._selection_rng))
+        if chosen.ndim != 1 or chosen.size == 0 or not np.issubdtype(chosen.dtype, np.integer):
+            raise UsageError(
+                f"data_selection must return a non-empty 1-d array of example indices; at "
+                f"step {step} it returned {chosen.dtype} of shape {chosen.shape}"
+            )
+        return chosen
 
     # -- the loop ---------------------------------------------------------------------
 
@@ -747,9 +940,14 @@ class Trainer:
         status, reason = COMPLETE, "max_epochs"
         best: float | None = None
         best_ppl: float | None = None
+        best_loss: float | None = None
         since_best = 0
         reached_at: float | None = None
         ppl_reached_at: float | None = None
+        loss_reached_at: float | None = None
+        # the kind of the first target reached, and the test seconds until then
+        first_target: str | None = None
+        target_tests = 0.0
         diverged_at: dict[str, int] | None = None
         step = samples = epochs_done = 0
         bar = _ProgressBar(self.progress, stop.max_epochs)
@@ -758,37 +956,58 @@ class Trainer:
         spent = {"tests": 0.0, "recording": 0.0}
         parts: dict[str, float] = {}
 
+        def reach(kind: str) -> None:
+            """Note the first target reached and the test seconds until then."""
+            nonlocal first_target, target_tests
+            if first_target is None:
+                first_target, target_tests = kind, spent["tests"]
+
         def test(epoch: int) -> str | None:
-            nonlocal best, best_ppl, since_best, reached_at, ppl_reached_at
+            nonlocal best, best_ppl, best_loss, since_best
+            nonlocal reached_at, ppl_reached_at, loss_reached_at
             self._deliver_steps()  # the steps before the test pass come before it
-            started = time.perf_counter()
-            result = self.evaluate(step, epoch)
-            spent["tests"] += time.perf_counter() - started
+            result = self._test_pass(step, epoch, spent)
             recorded = spent["recording"]  # before this pass is recorded
             tests.append(result)
             started = time.perf_counter()
             self._progress()
             spent["recording"] += time.perf_counter() - started
-            acc = float(result["accuracy"])
-            bar.note(acc)
-            if best is None or acc > best:
-                best, since_best = acc, 0
-            else:
-                since_best += 1
+            test_loss = float(result.get("loss", math.nan))
+            lower = not math.isnan(test_loss) and (best_loss is None or test_loss < best_loss)
+            if lower:
+                best_loss = test_loss
+            if "accuracy" in result:
+                acc = float(result["accuracy"])
+                bar.note(acc)
+                better = best is None or acc > best
+                if better:
+                    best = acc
+            else:  # regression: the loss is the test's figure (lower is better)
+                bar.note(test_loss, "loss")
+                better = lower
+            since_best = 0 if better else since_best + 1
             ppl = result.get("perplexity")
             if ppl is not None and not math.isnan(ppl):
                 best_ppl = ppl if best_ppl is None else min(best_ppl, ppl)
             target = stop.target_accuracy
-            if target is not None and acc >= target:
+            if target is not None and "accuracy" in result and result["accuracy"] >= target:
                 if reached_at is None:
                     reached_at = time.perf_counter() - t_start
                     parts.update(steps=math.fsum(times), tests=spent["tests"], recording=recorded)
+                reach("accuracy")
                 return "target_accuracy"
             goal = stop.target_perplexity
             if goal is not None and ppl is not None and ppl <= goal:
                 if ppl_reached_at is None:
                     ppl_reached_at = time.perf_counter() - t_start
+                reach("perplexity")
                 return "target_perplexity"
+            aim = stop.target_loss
+            if aim is not None and test_loss <= aim:  # False for a NaN loss
+                if loss_reached_at is None:
+                    loss_reached_at = time.perf_counter() - t_start
+                reach("loss")
+                return "target_loss"
             if stop.patience is not None and since_best >= stop.patience:
                 return "plateau"
             return None
@@ -801,6 +1020,9 @@ class Trainer:
             else None
         )
         max_steps, budget = stop.max_steps, stop.time_budget_s
+        # the training clock leaves the test passes out of the time budget
+        training_clock = stop.budget_clock == "training"
+        select = self.data_selection
         run_step = self._native_step if self.optimizer_path == NATIVE else self._step
         isfinite, clock = math.isfinite, time.perf_counter
         if self._counter is not None:
@@ -816,6 +1038,8 @@ class Trainer:
                     first = samples
                     try:
                         for indices in self.sampler:
+                            if select is not None:
+                                indices = self._select(indices, step)
                             loss, n, seconds = run_step(indices, step, epoch)
                             step += 1
                             samples += n
@@ -834,8 +1058,12 @@ class Trainer:
                                 ended = test(epoch)
                             if ended is None and max_steps is not None and step >= max_steps:
                                 ended = "max_steps"
-                            if ended is None and budget is not None and clock() - t_start >= budget:
-                                ended = "time_budget"
+                            if ended is None and budget is not None:
+                                used = clock() - t_start
+                                if training_clock:
+                                    used -= spent["tests"]
+                                if used >= budget:
+                                    ended = "time_budget"
                             if agree is not None:
                                 ended = agree(ended)
                             if ended == "diverged":
@@ -862,9 +1090,16 @@ class Trainer:
         results = {m.name: m.safe_result() for m in self.metrics}
         tta = results.get("time_to_accuracy", {}).get("value")
         ttp = results.get("time_to_perplexity", {}).get("value")
+        ttl = results.get("time_to_loss", {}).get("value")
         final_ppl = tests[-1].get("perplexity") if tests else None
+        final_acc = tests[-1].get("accuracy") if tests else None
         total_time = sum(times)
         reached = float(tta) if isinstance(tta, int | float) else reached_at
+        ppl_time = float(ttp) if isinstance(ttp, int | float) else ppl_reached_at
+        loss_time = float(ttl) if isinstance(ttl, int | float) else loss_reached_at
+        target_time = {"accuracy": reached, "perplexity": ppl_time, "loss": loss_time}.get(
+            first_target or ""
+        )
         return TrainingResult(
             status=status,
             stop_reason=reason,
@@ -872,7 +1107,7 @@ class Trainer:
             steps=step,
             samples=samples,
             wall_s=wall,
-            final_test_accuracy=float(tests[-1]["accuracy"]) if tests else None,
+            final_test_accuracy=None if final_acc is None else float(final_acc),
             best_test_accuracy=best,
             time_to_accuracy=reached,
             losses=losses,
@@ -889,9 +1124,25 @@ class Trainer:
             optimizer_path=self.optimizer_path,
             final_perplexity=None if final_ppl is None else float(final_ppl),
             best_perplexity=best_ppl,
-            time_to_perplexity=float(ttp) if isinstance(ttp, int | float) else ppl_reached_at,
+            time_to_perplexity=ppl_time,
             time_to_accuracy_parts=_tta_parts(reached, parts),
+            final_test_loss=_loss_or_none(tests[-1].get("loss", math.nan)) if tests else None,
+            best_test_loss=best_loss,
+            time_to_loss=loss_time,
+            targets=stop.targets(),
+            target_reached=first_target if target_time is not None else None,
+            time_to_target_training=(
+                None if target_time is None else max(0.0, target_time - target_tests)
+            ),
+            eval_time=target_tests if target_time is not None else spent["tests"],
+            regression=self.regression,
         )
+
+
+def _loss_or_none(value: Any) -> float | None:
+    """``value`` as a float, ``None`` when it is NaN (a test pass without a loss)."""
+    number = float(value)
+    return None if math.isnan(number) else number
 
 
 def _tta_parts(reached: float | None, parts: dict[str, float]) -> dict[str, float]:
@@ -935,5 +1186,6 @@ class _ProgressBar:
                 description=f"epoch {epoch + 1} step {step} loss {loss:.4g}{self._acc}",
             )
 
-    def note(self, accuracy: float) -> None:
-        self._acc = f" test {accuracy:.3f}"
+    def note(self, value: float, what: str = "") -> None:
+        """Show the last test pass's accuracy (or ``what``: its loss, say)."""
+        self._acc = f" test {what} {value:.4g}" if what else f" test {value:.3f}"

@@ -31,6 +31,11 @@ COMPONENT_GROUPS: tuple[Group, ...] = (
     Group("d5.frameworks", "level 1: graph executor", "d5core.levels.networks:GraphExecutor"),
     Group("d5.datasets", "level 2: dataset", "d5core.levels.training:Dataset"),
     Group("d5.optimizers", "level 2/3: optimizer", "d5core.levels.training:Optimizer"),
+    Group(
+        "d5.algorithms",
+        "level 2: training algorithm",
+        "d5core.levels.training:TrainingAlgorithm",
+    ),
     Group("d5.communication", "level 3: communicator", "d5core.levels.distributed:Communicator"),
     Group("d5.metrics", "metric", "d5core.levels.metrics:Metric"),
 )

@@ -72,7 +72,8 @@ def _formats(value: str) -> tuple[str, ...]:
     default=None,
     metavar="KIND",
     help="Only runs of this kind: op, net, train (single-process training), dist "
-    "(distributed training and communication) or inference (LoadGen scenarios).",
+    "(distributed training and communication), inference (LoadGen scenarios) or "
+    "algorithms (the trials of d5 bench algorithms).",
 )
 @click.option("--tag", default=None, metavar="NAME", help="Only runs tagged NAME.")
 @click.option(
@@ -115,7 +116,7 @@ def report(
     """Write an HTML report of stored runs, with PNG and PDF copies of its figures.
 
     Select runs by id (RUN_ID..., unique prefixes do), or with filters that combine:
-    --last N, --kind op|net|train|dist|inference, --tag NAME. With neither, the 20
+    --last N, --kind op|net|train|dist|inference|algorithms, --tag NAME. With neither, the 20
     newest runs.
     """
     from d5core.report.build import build_report, collector_paused

@@ -13,17 +13,25 @@ __all__ = ["d5_cli_commands", "d5_report_figures"]
 
 @hookimpl(tryfirst=True)
 def d5_cli_commands() -> list[Any]:
-    from d5core.cli.lazy import LazyCommand
+    from d5core.cli.lazy import LazyCommand, LazyGroup
 
+    # a group of lazy members, so that other plugins can add theirs (level 2's ``score``)
+    results = LazyGroup("results", help="List, show, export, compare and score stored runs.")
+    for name, attribute, text in (
+        ("list", "list_runs", "List stored runs, newest first."),
+        ("show", "show_run", "Show one run: its settings, environment, measurements and metrics."),
+        ("export", "export_runs", "Export runs with their raw samples as JSON or CSV."),
+        ("compare", "compare_runs", "Compare CANDIDATE with BASELINE, measurement by measurement."),
+        ("table", "table_runs", "Stored runs side by side, from any number of environments."),
+    ):
+        results.add_command(LazyCommand(name, f"d5core.report.results_cmd:{attribute}", text))
     return [
-        LazyCommand(
-            "results", "d5core.report.results_cmd:results", "Browse and compare stored results."
-        ),
+        results,
         LazyCommand(
             "report",
             "d5core.report.command:report",
             "Write an HTML report of stored runs, with PNG and PDF figures.",
-        )
+        ),
     ]
 
 

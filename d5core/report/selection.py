@@ -25,6 +25,7 @@ REPORT_KINDS: dict[str, tuple[str, ...]] = {
     "dist": ("train", "comm", "dist"),
     "inference": ("inference",),
     "audit": ("audit",),
+    "algorithms": ("algorithm-trial",),
 }
 
 #: How many of the newest runs a report draws when neither ids nor filters are given.
@@ -38,7 +39,7 @@ def _of_kind(run: RunRecord, kind: str) -> bool:
         return run.kind == "train" and not run.config.get("distributed")
     if kind == "dist":
         return level_of(run) == "distributed"
-    return run.kind == kind
+    return run.kind in REPORT_KINDS[kind]
 
 
 def describe_selection(
@@ -70,7 +71,7 @@ def _check_filters(last: int | None, kind: str | None) -> None:
         raise UsageError(
             f"unknown --kind {kind!r}; use one of {', '.join(REPORT_KINDS)} "
             "(dist: distributed training and communication runs; inference: LoadGen "
-            "scenarios of d5 bench net --scenario)"
+            "scenarios of d5 bench net --scenario; algorithms: the trials of d5 bench algorithms)"
         )
 
 

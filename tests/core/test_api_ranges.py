@@ -36,6 +36,7 @@ PLUGIN_MODULES = sorted(
         ROOT / "tests/example_plugin/d5_loadavg/plugin.py",
         ROOT / "docs/plugins/template/d5_plugin_template/plugin.py",
         ROOT / "docs/plugins/worked_example/d5_tinygemm/plugin.py",
+        ROOT / "docs/plugins/algorithm_example/d5_polyak/plugin.py",
     ]
 )
 

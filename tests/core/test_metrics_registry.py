@@ -26,6 +26,7 @@ EXPECTED = {
     "test_accuracy",
     "throughput",
     "time_to_accuracy",
+    "time_to_loss",
     "time_to_perplexity",
     "training_accuracy",
     "validation_perplexity",

@@ -30,7 +30,12 @@ def plugin_sources(root: Path = ROOT) -> list[Path]:
     files += [p for tests in root.glob("plugins/*/tests") for p in tests.rglob("*.py")]
     for folder in ("kernels/d5_kernels", "kernels/tests"):
         files += (root / folder).rglob("*.py")
-    for example in ("tests/example_plugin", "docs/plugins/template", "docs/plugins/worked_example"):
+    for example in (
+        "tests/example_plugin",
+        "docs/plugins/template",
+        "docs/plugins/worked_example",
+        "docs/plugins/algorithm_example",
+    ):
         files += (root / example).rglob("*.py")
     return sorted(files)
 

@@ -249,6 +249,14 @@ def test_selection_by_id_prefix_filters_and_kinds(tmp_path):
             select_runs(store, tag="weekly")
 
 
+def test_kind_algorithms_selects_the_trial_records_of_algorithm_campaigns(tmp_path):
+    with _store(tmp_path / "s.sqlite") as store:
+        _train_run(store)
+        with store.run("algorithm-trial", "cpu/digits-mlp/adam", environment=ENV) as trial:
+            pass
+        assert [r.id for r in select_runs(store, kind="algorithms")] == [trial]
+
+
 # -- building ---------------------------------------------------------------------------------
 
 

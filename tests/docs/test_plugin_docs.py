@@ -20,6 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs" / "plugins"
 EXAMPLE = ROOT / "tests" / "example_plugin"
 WORKED = DOCS / "worked_example"
+ALGORITHM = DOCS / "algorithm_example"
 
 _FENCE = re.compile(r"^```(\w*)\n(.*?)^```\n", re.MULTILINE | re.DOTALL)
 _LABEL = re.compile(r"^`([\w./-]+)`.*:$")
@@ -112,3 +113,10 @@ def test_every_excerpt_of_the_worked_example_is_in_its_file() -> None:
     }
     stale = [b.path for b in excerpts if b.code not in (WORKED / str(b.path)).read_text()]
     assert stale == [], f"docs/plugins/worked-example.md quotes code no longer in {stale}"
+
+
+def test_every_excerpt_of_the_algorithm_tutorial_is_in_its_file() -> None:
+    excerpts = [b for b in code_blocks(DOCS / "algorithms.md") if b.path]
+    assert {b.path for b in excerpts} == {"d5_polyak/algorithm.py", "pyproject.toml"}
+    stale = [b.path for b in excerpts if b.code not in (ALGORITHM / str(b.path)).read_text()]
+    assert stale == [], f"docs/plugins/algorithms.md quotes code no longer in {stale}"

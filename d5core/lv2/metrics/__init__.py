@@ -1,5 +1,6 @@
 """The training metrics (``d5.metrics`` entries of d5core): :mod:`.accuracy` (training,
-test and final test accuracy, time to accuracy), :mod:`.loss` and :mod:`.perplexity`.
+test and final test accuracy, time to accuracy), :mod:`.loss` (the loss curve, time to
+loss) and :mod:`.perplexity`.
 
 Classes are imported from their module on first access.
 """
@@ -16,7 +17,7 @@ if TYPE_CHECKING:
         TimeToAccuracy,
         TrainingAccuracy,
     )
-    from d5core.lv2.metrics.loss import LossCurve
+    from d5core.lv2.metrics.loss import LossCurve, TimeToLoss
     from d5core.lv2.metrics.perplexity import (
         FinalPerplexity,
         TimeToPerplexity,
@@ -29,6 +30,7 @@ __all__ = [
     "LossCurve",
     "TestAccuracy",
     "TimeToAccuracy",
+    "TimeToLoss",
     "TimeToPerplexity",
     "TrainingAccuracy",
     "ValidationPerplexity",
@@ -40,6 +42,7 @@ _MODULES = {
     "LossCurve": "loss",
     "TestAccuracy": "accuracy",
     "TimeToAccuracy": "accuracy",
+    "TimeToLoss": "loss",
     "TimeToPerplexity": "perplexity",
     "TrainingAccuracy": "accuracy",
     "ValidationPerplexity": "perplexity",

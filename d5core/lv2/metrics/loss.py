@@ -1,4 +1,5 @@
-"""The loss curve of training and testing, with divergence flagged as a result."""
+"""The loss curve of training and testing, with divergence flagged as a result, and the
+time until the test loss first reaches a target (:class:`TimeToLoss`)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import Any, ClassVar
 
 from d5core.bus import TEST_PASS
 from d5core.levels.metrics import Metric, MetricResult
+from d5core.lv2.metrics.accuracy import TimeToAccuracy
 from d5core.metrics._common import (
     Progress,
     StepBlock,
@@ -18,7 +20,7 @@ from d5core.metrics._common import (
     payload_of,
 )
 
-__all__ = ["LossCurve"]
+__all__ = ["LossCurve", "TimeToLoss"]
 
 
 def _as_float(value: Any) -> float | None:
@@ -124,3 +126,18 @@ class LossCurve(Metric):
         if self.steps_without_loss:
             out["steps_without_loss"] = self.steps_without_loss
         return finish(self, out)
+
+
+class TimeToLoss(TimeToAccuracy):
+    """Wall time from the first touch of data until the mean test loss first falls to
+    ``target`` or below: :class:`~d5core.lv2.metrics.accuracy.TimeToAccuracy` (MLPerf's
+    clock) on the test passes' ``loss`` with ``mode="min"``. The target of a regression
+    (``target_loss``), where accuracy means nothing.
+
+    :param target: the mean test loss to reach, for example ``0.05``.
+    """
+
+    name: ClassVar[str] = "time_to_loss"
+
+    def __init__(self, target: float | None = None) -> None:
+        super().__init__(target, key="loss", mode="min")

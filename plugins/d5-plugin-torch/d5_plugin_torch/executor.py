@@ -75,6 +75,9 @@ __all__ = ["DeviceCorrectCounter", "TorchExecutor"]
 _CONSTANTS = frozenset({"Constant", "ConstantOfShape"})
 #: The domains of ONNX's own operators, the only ones translated.
 _DEFAULT_DOMAINS = frozenset({"", "ai.onnx"})
+#: d5's own operators (domain ``ai.d5``, ONNX has none) translated too: the regression loss.
+_D5_OPS = frozenset({"MeanSquaredError"})
+_D5_DOMAIN = "ai.d5"
 
 
 # -- geometry helpers -----------------------------------------------------------
@@ -694,8 +697,10 @@ class TorchExecutor(GraphExecutor, NativeTraining):
 
     @classmethod
     def supports(cls, op_type: str, domain: str = "", opset: int | None = None) -> bool | None:
-        """Whether the executor translates ``op_type``: only operators of ONNX's default
-        domain, those of :attr:`supported_ops`."""
+        """Whether the executor translates ``op_type``: operators of ONNX's default domain,
+        those of :attr:`supported_ops`, and d5's ``MeanSquaredError`` (domain ``ai.d5``)."""
+        if domain == _D5_DOMAIN:
+            return op_type in _D5_OPS
         return domain in _DEFAULT_DOMAINS and op_type in cls.supported_ops
 
     def check_supported(self) -> None:
