@@ -146,36 +146,3 @@ def test_a_data_selection_that_returns_no_indices_is_a_usage_error(bad: Any) -> 
     with pytest.raises(UsageError, match="data_selection must return") as caught:
         _trainer(False, data_selection=bad).run()
     assert "\n" not in str(caught.value)
-
-
-@pytest.mark.slow  # imports torch
-def test_prepare_for_eval_on_torch_evaluates_the_parameters_it_returns() -> None:
-    pytest.importorskip("torch")
-    from d5core.lv1.runner import executor_by_name, load_model, with_loss
-    from d5core.lv2.datasets import load_dataset
-    from d5core.plugins import get_plugin_manager
-
-    def run(prepare: Any) -> Any:
-        options = {"samples": 128, "classes": 4, "features": 8}
-        train = load_dataset("synthetic_classification", "train", **options)
-        test = load_dataset("synthetic_classification", "test", **options)
-        network, loss = with_loss(load_model("mlp", input_shape=(8,), classes=4, hidden=[8]))
-        executor = executor_by_name("torch", network)
-        optimizer = get_plugin_manager().load("d5.optimizers", "torch-sgd")(lr=0.1)
-        trainer = Trainer(
-            executor, loss, optimizer, train, make_sampler("shuffle", len(train), 32, seed=0),
-            test_set=test, progress=False, stop=StopConditions(max_epochs=2),
-            prepare_for_eval=prepare,
-        )  # fmt: skip
-        return trainer, trainer.run()
-
-    def zeros(params: Mapping[str, np.ndarray], optimizer: Any) -> dict[str, np.ndarray]:
-        return {k: np.zeros_like(v) for k, v in params.items()}
-
-    trainer, hooked = run(zeros)
-    _, plain = run(None)
-    assert trainer.optimizer_path == "native"
-    assert hooked.losses == pytest.approx(plain.losses)  # training unchanged
-    assert len({p["loss"] for p in hooked.test_curve}) == 1  # the zero model every pass
-    assert hooked.test_curve[0]["loss"] == pytest.approx(np.log(4))  # uniform over 4
-    assert plain.test_curve[-1]["loss"] < np.log(4)

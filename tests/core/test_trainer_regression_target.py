@@ -184,29 +184,6 @@ def test_bad_stop_conditions_are_one_line_usage_errors(
     assert "\n" not in str(caught.value)
 
 
-def test_the_zoo_mlp_fits_synthetic_regression_with_the_numpy_executors_mse() -> None:
-    from d5core.lv1.runner import executor_by_name, load_model
-    from d5core.lv2.datasets import load_dataset
-    from d5core.plugins import get_plugin_manager
-
-    options = {"samples": 400, "features": 6, "noise": 0.05}
-    train = load_dataset("synthetic_regression", "train", **options)
-    test = load_dataset("synthetic_regression", "test", **options)
-    network = load_model("mlp", input_shape=(6,), classes=1, hidden=[16], seed=0).copy()
-    loss = network.add_loss(network.outputs[0].name, kind="mse", labels="labels")
-    executor = executor_by_name("numpy", network)
-    optimizer = get_plugin_manager().load("d5.optimizers", "momentum")(lr=0.02)
-    trainer = Trainer(
-        executor, loss, optimizer, train, make_sampler("shuffle", len(train), 16, seed=0),
-        test_set=test, progress=False, stop=StopConditions(max_epochs=40, target_loss=0.05),
-    )  # fmt: skip
-    result = trainer.run()
-    assert result.status == "complete"
-    assert result.stop_reason == "target_loss"
-    assert result.test_curve[0]["loss"] > result.final_test_loss  # it learned
-    assert result.final_test_loss is not None and result.final_test_loss <= 0.05
-
-
 def test_the_regression_recipe_loads_with_its_target_and_training_clock() -> None:
     recipe = load_recipe(RECIPE)
     settings = recipe.settings()
