@@ -1,6 +1,6 @@
 """Level 2's internal plugin: ``d5 run``, ``d5 bench algorithms``, ``d5 results score``,
-the learning-rate schedules and the training report figures (the campaigns of training
-algorithms' among them). (Its datasets and training metrics are entry points of d5core,
+the learning-rate schedules and the training report figures (those of training-algorithm
+campaigns among them). (Its datasets and training metrics are entry points of d5core,
 found like any plugin's.)"""
 
 from __future__ import annotations

@@ -3,6 +3,8 @@ baseline with its family's search space; distribution schemes are no algorithm."
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from d5core.cli.output import read_json
@@ -164,3 +166,23 @@ def test_list_plugins_shows_the_algorithms_group(fake_algorithms, d5_cli):
     assert {r["name"] for r in rows} == {"adam", "bad-space", "no-settings", "not-an-algorithm"}
     table = d5_cli("list-plugins").stdout
     assert "d5.algorithms" in table and "training algorithm" in table
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("bench", "algorithms", "cpu", "--algorithms", "bad-space", "--studies", "1",
+         "--trials", "1"),
+        ("run", str(Path(__file__).resolve().parents[2] / "recipes" / "digits-mlp.toml"),
+         "--set", "algorithm=bad-space"),
+    ],
+    ids=["bench-algorithms", "run"],
+)  # fmt: skip
+def test_a_search_space_with_an_unknown_distribution_stops_the_command_in_one_line(
+    fake_algorithms, d5_cli, tmp_path, argv
+):
+    result = d5_cli(*argv, "--db", str(tmp_path / "r.sqlite"))
+    assert result.exit_code == 2, result.stdout + result.stderr
+    message = result.stderr.strip()
+    assert "\n" not in message and "unknown distribution 'normal'" in message, message
+    assert "Traceback" not in result.stderr
