@@ -31,7 +31,7 @@ $(STAMP): pyproject.toml $(foreach p,$(SHARED_PLUGINS),plugins/$(p)/pyproject.to
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check pip==$(PIP_VERSION)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check \
-	    "$(TORCH)" -e ".[test,hf]" $(foreach p,$(SHARED_PLUGINS),-e "plugins/$(p)[test]") \
+	    "$(TORCH)" -e ".[test,hf,postgres]" $(foreach p,$(SHARED_PLUGINS),-e "plugins/$(p)[test]") \
 	    nox==$(NOX_VERSION) ruff==$(RUFF_VERSION) mypy==$(MYPY_VERSION) \
 	    scikit-build-core==0.11.6 pybind11==2.13.6
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check \
@@ -124,6 +124,8 @@ bench: dev mxnet ## the benchmark scripts whose figures go into docs/benchmarks.
 	$(BIN)/python benchmarks/executor_fairness.py
 	$(BIN)/python benchmarks/report_scale.py
 	$(BIN)/python benchmarks/train_e2e.py
+	$(BIN)/python benchmarks/store_write_cost.py
+	$(BIN)/python benchmarks/store_writers.py
 
 dist: ## wheels of d5core and every plugin, into dist/
 	$(PYTHON) .ci/build_dist.py --out dist

@@ -87,8 +87,9 @@ def pytest(session: nox.Session, name: str, *args: str) -> None:
 
 @nox.session
 def core(session: nox.Session) -> None:
-    """d5core alone, with no plugin installed."""
-    session.install("-e", ".[test]")
+    """d5core alone, with no plugin installed; with psycopg, so that the results store's
+    tests run on PostgreSQL too (on a private cluster; see d5core/testing/postgres.py)."""
+    session.install("-e", ".[test,postgres]")
     pytest(session, "core", "tests/core")
 
 
@@ -103,7 +104,8 @@ def plugin(session: nox.Session, plugin: str) -> None:
         else ["-e", f"plugins/{REFERENCE}[test]" if also else f"plugins/{REFERENCE}"]
     )
     companions = [arg for name in COMPANIONS.get(plugin, []) for arg in ("-e", f"plugins/{name}")]
-    core = ".[test]" if also else "."
+    # a session that runs tests/core runs the store's tests on PostgreSQL too (psycopg)
+    core = ".[test,postgres]" if also else "."
     session.install(
         *PINS.get(plugin, []), "-e", core, *reference, *companions, "-e", f"plugins/{plugin}[test]"
     )
@@ -157,12 +159,13 @@ def example(session: nox.Session) -> None:
 
 @nox.session
 def integration(session: nox.Session) -> None:
-    """Every shareable plugin together, broken fixture plugins, the d5 command end to end."""
+    """Every shareable plugin together, broken fixture plugins, the d5 command end to end
+    (with psycopg: the many-writers test writes to PostgreSQL as well as SQLite)."""
     pins = list(dict.fromkeys(pin for name in SHARED for pin in PINS.get(name, [])))
     # the numpy glue's headers: the custom-operator tests build C++ operators end to end
     plugins = [f"plugins/{name}[customop]" if name == "d5-plugin-numpy" else f"plugins/{name}"
                for name in SHARED]  # fmt: skip
-    session.install(*pins, "-e", ".[test,hf]", *plugins)
+    session.install(*pins, "-e", ".[test,hf,postgres]", *plugins)
     pytest(session, "integration", "tests/integration")
 
 

@@ -116,6 +116,12 @@ Reports (``d5 report``; the hook ``d5_report_figures``)
 - ``ReportFigure``: what the hook returns: a matplotlib figure, the numbers it draws,
   its key and section.
 - ``REPORT_SECTIONS``: the report's own sections, in the order shown.
+
+Results stores (the hook ``d5_results_backend``)
+
+- ``StoreBackend``: what a plugin returns to keep d5's results in a database named by
+  URL (connecting, identifying and migrating the database, write transactions);
+  d5 itself opens SQLite files and ``postgresql://`` URLs.
 """
 
 from __future__ import annotations
@@ -183,6 +189,7 @@ if TYPE_CHECKING:
     from d5core.onnx.network import Network
     from d5core.plugins.manager import PluginManager, get_plugin_manager
     from d5core.plugins.reference import reference_name
+    from d5core.results.backend import StoreBackend
     from d5core.validate import (
         compare_outputs,
         default_grad_outputs,
@@ -237,6 +244,7 @@ _HOMES: dict[str, tuple[str, ...]] = {
         "load_dataset",
         "preloads",
     ),
+    "d5core.results.backend": ("StoreBackend",),
     "d5core.levels.distributed": (
         "ANY_SOURCE",
         "ANY_TAG",
@@ -305,6 +313,7 @@ __all__ = [
     "ReportMeasurement",
     "ReportRun",
     "Sampler",
+    "StoreBackend",
     "TensorDescriptor",
     "TrainingAlgorithm",
     "UsageError",

@@ -119,6 +119,7 @@ KERNEL = _Kernel()
 #: the plugin registered last first, so the list runs backwards: the kernel's entries
 #: are called first, and level 0's figures come before level 1's.
 INTERNAL_PLUGINS: tuple[tuple[str, str], ...] = (
+    ("builtins.teamstore", "d5core.teamstore.plugin"),
     ("builtins.report", "d5core.report.plugin"),
     ("builtins.lv3", "d5core.lv3.plugin"),
     ("builtins.lv2", "d5core.lv2.plugin"),

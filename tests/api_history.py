@@ -26,6 +26,8 @@ The table was read from the history of ``d5core/api.py`` and ``d5core/_version.p
   ranks will use, or None).
 - 1.10 added ``TrainingAlgorithm`` and ``ALGORITHMS_GROUP``, the training-algorithm
   plugin kind (``d5.algorithms``).
+- 1.11 added ``StoreBackend`` and the ``d5_results_backend`` hook: a plugin keeps the
+  results in a database named by URL (d5's own team store opens PostgreSQL).
 
 Add a row here whenever a name joins ``d5core.api`` (with the minor bump of
 ``PLUGIN_API_VERSION`` it needs).
@@ -165,6 +167,8 @@ NAMES_ADDED_IN: dict[str, str] = {
     # 1.10: training algorithms compared the AlgoPerf way (issue 33)
     "ALGORITHMS_GROUP": "1.10",
     "TrainingAlgorithm": "1.10",
+    # 1.11: results stores named by URL, PostgreSQL for teams (issue 34)
+    "StoreBackend": "1.11",
 }
 
 _VERSION_ADDED = re.compile(r"\.\. versionadded:: (\d+\.\d+)")

@@ -39,3 +39,51 @@ def _a_quiet_machine(monkeypatch: pytest.MonkeyPatch) -> None:
     import os
 
     monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0), raising=False)
+
+
+# -- results stores on both backends ----------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def postgres_cluster() -> Iterator[object]:
+    """A private PostgreSQL server for the session (d5core.testing.postgres), stopped at
+    the end. Skipped with the reason where PostgreSQL is not installed, except under CI
+    (``CI=true``), where a missing server fails the test."""
+    import os
+
+    from d5core.testing.postgres import PostgresCluster, postgres_unavailable
+
+    reason = postgres_unavailable()
+    if reason is not None:
+        reason = f"PostgreSQL store tests need a local server: {reason}"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"{reason}; under CI this check must run", pytrace=False)
+        pytest.skip(reason)
+    cluster = PostgresCluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def postgres_db(postgres_cluster) -> str:  # type: ignore[no-untyped-def]
+    """The URL of a fresh, empty database on the session's PostgreSQL server."""
+    url: str = postgres_cluster.create_database()
+    return url
+
+
+@pytest.fixture
+def postgres_url(postgres_db: str) -> str:
+    """The same as ``postgres_db``: a fresh, empty database's URL."""
+    return postgres_db
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_target(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A new, empty results database on each backend: an SQLite file path, then a
+    PostgreSQL URL; what ``ResultsStore.open`` and ``--db`` take."""
+    if request.param == "postgresql":
+        url: str = request.getfixturevalue("postgres_db")
+        return url
+    return str(tmp_path_factory.mktemp("store") / "results.sqlite")

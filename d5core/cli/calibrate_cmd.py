@@ -58,7 +58,7 @@ def calibrate(
     cpus: str | None,
     seed: int,
     as_json: bool,
-    db: Path | None,
+    db: str | Path | None,
 ) -> None:
     """Measure how much identical invocations vary on this machine, and store it.
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, TypeVar, overload
 
 import click
@@ -16,19 +15,21 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 
 
 def db_option(fn: _F) -> _F:
-    """``--db PATH``: the results database, passed to the command as ``db``.
+    """``--db PATH|URL``: the results store, passed to the command as ``db`` (a string).
 
     ``None`` when not given; :func:`d5core.results.paths.resolve_db_path` then applies
-    ``D5_DB`` and the per-user default.
+    ``D5_DB`` and the per-user default. A string, not a path: a ``postgresql://`` URL
+    must reach the store as typed (a path would fold its ``//``).
     """
     option = click.option(
         "--db",
         "db",
-        type=click.Path(dir_okay=False, path_type=Path),
+        type=str,
         default=None,
-        metavar="PATH",
-        help=f"Results database (default: ${DB_ENV_VAR}, else "
-        "$XDG_DATA_HOME/d5/results.sqlite or ~/.local/share/d5/results.sqlite).",
+        metavar="PATH|URL",
+        help=f"Results store: an SQLite file, or postgresql://USER@HOST:PORT/DBNAME "
+        f"(default: ${DB_ENV_VAR}, else $XDG_DATA_HOME/d5/results.sqlite or "
+        "~/.local/share/d5/results.sqlite).",
     )
     return option(fn)
 

@@ -399,7 +399,7 @@ def run_inference_recipe(
     seed: int | None,
     *,
     repeat: int = 1,
-    db: Path | None = None,
+    db: str | Path | None = None,
     tags: Sequence[str] = (),
     progress: Callable[[str], None] | None = None,
     on_run: Callable[[InferenceRun], None] | None = None,

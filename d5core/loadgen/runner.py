@@ -209,12 +209,12 @@ def _store(store: Any, run_id: str, request: ScenarioRequest, outcome: ExecutorO
     and the accuracy check (metric ``accuracy_passed``) here, their LoadGen logs kept
     under ``peak/`` and ``accuracy/`` of the executor's artifacts, their facts under the
     config keys ``peak`` and ``accuracy_check``."""
-    from d5core.loadgen.store import artifacts_dir, copy_logs, store_scenario
+    from d5core.loadgen.store import keep_logs, store_scenario
 
     labels = {"executor": outcome.executor, "scenario": request.settings.scenario}
     facts = store_scenario(store, run_id, outcome.result, request.model)
-    outcome.kept_logs = str(facts.get("log_dir", outcome.result.log_dir))
-    kept = artifacts_dir(store.path, run_id) / outcome.executor
+    outcome.kept_logs = str(facts["artifacts"])
+    kept = outcome.kept_logs
     extra: dict[str, Any] = {}
     if outcome.peak is not None:
         peak = outcome.peak
@@ -226,9 +226,9 @@ def _store(store: Any, run_id: str, request: ScenarioRequest, outcome: ExecutorO
         searched = peak_json(peak)
         kept_dirs = []
         for tried in searched.get("log_dirs", []):
-            target = kept / "peak" / Path(tried).name
-            copy_logs(tried, target)
-            kept_dirs.append(str(target))
+            target = f"{kept}peak/{Path(tried).name}/"
+            keep_logs(store, run_id, tried, target)
+            kept_dirs.append(target)
         searched["log_dirs"] = kept_dirs
         outcome.peak_json = searched
         extra["peak"] = {outcome.executor: searched}
@@ -237,9 +237,9 @@ def _store(store: Any, run_id: str, request: ScenarioRequest, outcome: ExecutorO
         store.add_metric(
             run_id, "accuracy_passed", 1.0 if passed else 0.0, labels=labels, better="higher"
         )
-        copy_logs(outcome.accuracy_result.log_dir, kept / "accuracy")
+        keep_logs(store, run_id, outcome.accuracy_result.log_dir, f"{kept}accuracy/")
         extra["accuracy_check"] = {
-            outcome.executor: {**outcome.accuracy, "log_dir": str(kept / "accuracy")}
+            outcome.executor: {**outcome.accuracy, "artifacts": f"{kept}accuracy/"}
         }
     if extra:
         current = store.get_run(run_id).config
@@ -257,7 +257,7 @@ def peak_json(peak: Any) -> dict[str, Any]:
 def run_request(
     request: ScenarioRequest,
     *,
-    db: Path | None = None,
+    db: str | Path | None = None,
     tags: Sequence[str] = (),
     progress: Callable[[str], None] | None = None,
     on_executor: Callable[[Any, str, ExecutorOutcome], None] | None = None,
@@ -350,7 +350,7 @@ def outcome_row(run_id: str, model: str, outcome: ExecutorOutcome) -> dict[str, 
         "samples_issued": r.samples_issued,
         "threads": dict(r.threads),
         "settings": r.settings.to_json(),
-        "log_dir": outcome.kept_logs or str(r.log_dir),
+        "log_dir": str(r.log_dir),
         "peak": None if outcome.peak is None else outcome.peak_json or peak_json(outcome.peak),
         "accuracy": outcome.accuracy,
     }

@@ -212,7 +212,7 @@ def _say(line: str) -> None:
 def run_command(
     request: ScenarioRequest,
     *,
-    db: Path | None,
+    db: str | Path | None,
     tags: Sequence[str],
     as_json: bool,
 ) -> None:
@@ -303,7 +303,7 @@ def scenario_command(
     mode: str,
     seed: int,
     as_json: bool,
-    db: Path | None,
+    db: str | Path | None,
     tags: Sequence[str],
     options: Mapping[str, Any],
 ) -> None:
@@ -365,7 +365,7 @@ def run_inference_command(
     seed: int | None,
     repeat: int,
     as_json: bool,
-    db: Path | None,
+    db: str | Path | None,
     tags: Sequence[str],
     refused: Mapping[str, bool],
 ) -> None:

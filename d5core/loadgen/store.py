@@ -1,4 +1,4 @@
-"""Storing inference runs: LoadGen's figures in the results store, its logs beside it.
+"""Storing inference runs: LoadGen's figures and logs in the results store.
 
 One ``d5 bench net --scenario`` invocation is one run (kind :data:`RUN_KIND`, named by
 :func:`run_name`) holding every executor it ran. :func:`store_scenario` adds one
@@ -11,18 +11,20 @@ executor's :class:`~d5core.loadgen.loadgen.ScenarioResult`:
   and ``_p99`` where LoadGen estimates them, and ``accuracy_passed`` (1 or 0) once an
   accuracy check ran;
 - under the config key ``inference``: the model, the scenario, and per executor its
-  settings, failed checks, threads, and where its logs were kept.
+  settings, failed checks, threads, and the names its logs are kept under.
 
-LoadGen's log files are copied to ``<database stem>.artifacts/<run id>/<executor>/``
-beside the database (:func:`artifacts_dir`), so they live as long as the run does; the
-large ones (the trace) gzip-compressed (:func:`copy_logs`).
-:func:`record_failure` notes an executor that could not be run.
+LoadGen's log files are kept in the database as the run's artifacts
+(:meth:`~d5core.results.ResultsStore.add_artifact`), named ``<executor>/<file>``, so
+they live as long as the run does, on either backend, and travel with it (export,
+merge); the large ones (the trace) gzip-compressed (:func:`keep_logs`). Runs stored
+before kept them in files beside an SQLite database (:func:`artifacts_dir`);
+:func:`kept_log_names` lists both. :func:`record_failure` notes an executor that could
+not be run.
 """
 
 from __future__ import annotations
 
 import gzip
-import shutil
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -35,7 +37,8 @@ __all__ = [
     "CONFIG_KEY",
     "RUN_KIND",
     "artifacts_dir",
-    "copy_logs",
+    "keep_logs",
+    "kept_log_names",
     "record_failure",
     "run_name",
     "store_scenario",
@@ -55,43 +58,53 @@ def run_name(model: str, scenario: str) -> str:
 
 
 def artifacts_dir(db_path: str | Path, run_id: str) -> Path:
-    """Where the run's files are kept: ``<db stem>.artifacts/<run_id>`` next to the
-    database file."""
+    """Where runs stored before LoadGen's logs went into the database kept them:
+    ``<db stem>.artifacts/<run_id>`` next to the database file."""
     db = Path(db_path)
     return db.parent / f"{db.stem}.artifacts" / run_id
 
 
-def copy_logs(log_dir: str | Path, target: Path) -> list[str]:
-    """Copy every file of ``log_dir`` into ``target`` (created); return the names kept.
+def keep_logs(store: Any, run_id: str, log_dir: str | Path, prefix: str) -> list[str]:
+    """Keep every file of ``log_dir`` with the run, as the artifact ``prefix + name``;
+    return the names kept (without ``prefix``), sorted.
 
     A file of :data:`COMPRESS_ABOVE` bytes or more is kept gzip-compressed, named with
     ``.gz`` added: LoadGen's trace of a few seconds of a fast model runs to tens of
     megabytes, and compresses about sixteenfold.
 
-    :raises UsageError: when ``log_dir`` is missing or a file cannot be copied.
+    :raises UsageError: when ``log_dir`` is missing or a file cannot be read.
     """
     source = Path(log_dir)
     if not source.is_dir():
         raise UsageError(f"LoadGen's log directory {source} does not exist; nothing to keep")
-    try:
-        target.mkdir(parents=True, exist_ok=True)
-        names = []
-        for item in sorted(source.iterdir()):
-            if not item.is_file():
-                continue
-            if item.stat().st_size >= COMPRESS_ABOVE:
-                name = f"{item.name}.gz"
-                with item.open("rb") as raw, gzip.open(target / name, "wb", compresslevel=1) as out:
-                    shutil.copyfileobj(raw, out)
-            else:
-                name = item.name
-                shutil.copy2(item, target / name)
-            names.append(name)
-    except OSError as exc:
-        raise UsageError(
-            f"cannot copy LoadGen's logs from {source} to {target}: {exc.strerror or exc}"
-        ) from exc
+    names = []
+    for item in sorted(source.iterdir()):
+        if not item.is_file():
+            continue
+        try:
+            data = item.read_bytes()
+        except OSError as exc:
+            raise UsageError(
+                f"cannot read LoadGen's log {item} to keep it: {exc.strerror or exc}"
+            ) from exc
+        name = item.name
+        if len(data) >= COMPRESS_ABOVE:
+            name, data = f"{name}.gz", gzip.compress(data, compresslevel=1)
+        store.add_artifact(run_id, prefix + name, data)
+        names.append(name)
     return names
+
+
+def kept_log_names(store: Any, run_id: str) -> list[str]:
+    """The names of the log files kept with a run, sorted: its artifacts, and for a run
+    stored before they went into the database, the files under :func:`artifacts_dir`
+    beside an SQLite database (named by their path there, with ``/``)."""
+    names = set(store.artifact_names(run_id))
+    if store.backend == "sqlite":
+        old = artifacts_dir(store.path, run_id)
+        if old.is_dir():
+            names.update(p.relative_to(old).as_posix() for p in old.rglob("*") if p.is_file())
+    return sorted(names)
 
 
 def _update(store: Any, run_id: str, model: str, scenario: str, name: str, facts: Any) -> None:
@@ -108,7 +121,9 @@ def _update(store: Any, run_id: str, model: str, scenario: str, name: str, facts
 
 def store_scenario(store: Any, run_id: str, result: ScenarioResult, model: str) -> dict[str, Any]:
     """Store ``result`` in the running run ``run_id`` of ``store`` (see the module
-    docstring) and keep its logs; return what was written to the config for it."""
+    docstring) and keep its logs as the run's artifacts ``<executor>/<file>``; return
+    what was written to the config for it (``log_dir``: where LoadGen wrote them;
+    ``artifacts``: the prefix of their names; ``log_files``: the names after it)."""
     labels = {"executor": result.executor, "scenario": result.scenario}
     if result.latencies_s:
         store.add_measurement(
@@ -141,8 +156,8 @@ def store_scenario(store: Any, run_id: str, result: ScenarioResult, model: str) 
     if "passed" in accuracy:
         store.add_metric(run_id, "accuracy_passed", 1.0 if accuracy["passed"] else 0.0,
                          labels=labels, better="higher")  # fmt: skip
-    kept = artifacts_dir(store.path, run_id) / result.executor
-    files = copy_logs(result.log_dir, kept)
+    prefix = f"{result.executor}/"
+    files = keep_logs(store, run_id, result.log_dir, prefix)
     facts = {
         "valid": result.valid,
         "failed_checks": list(result.failed_checks),
@@ -151,22 +166,23 @@ def store_scenario(store: Any, run_id: str, result: ScenarioResult, model: str) 
         "threads": result.threads,
         "samples_issued": result.samples_issued,
         "early_stopping": result.early_stopping,
-        "log_dir": str(kept),
-        "original_log_dir": result.log_dir,
+        "log_dir": result.log_dir,
+        "artifacts": prefix,
         "log_files": files,
-        "accuracy": _accuracy_facts(accuracy, kept),
+        "accuracy": _accuracy_facts(accuracy, prefix),
         "details": result.details,
     }
     _update(store, run_id, model, result.scenario, result.executor, facts)
     return facts
 
 
-def _accuracy_facts(accuracy: Mapping[str, Any], kept: Path) -> dict[str, Any] | None:
+def _accuracy_facts(accuracy: Mapping[str, Any], prefix: str) -> dict[str, Any] | None:
+    """The accuracy facts to store; ``log`` becomes the artifact name of the log."""
     if not accuracy:
         return None
     facts = {k: v for k, v in accuracy.items() if k != "sample_indices"}
     if "log" in facts:
-        facts["log"] = str(kept / Path(str(facts["log"])).name)
+        facts["log"] = prefix + Path(str(facts["log"])).name
     return facts
 
 

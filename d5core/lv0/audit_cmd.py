@@ -97,7 +97,7 @@ def audit_op(
     warmup: int,
     timeout: float | None,
     as_json: bool,
-    db: Path | None,
+    db: str | Path | None,
     tags: tuple[str, ...],
 ) -> None:
     """Audit operator OP on each backend as MLPerf audits inference: the outputs of

@@ -87,7 +87,7 @@ def bench_op(
     warmup: int,
     timeout: float | None,
     as_json: bool,
-    db: Path | None,
+    db: str | Path | None,
     tags: tuple[str, ...],
 ) -> None:
     """Time operator OP on each backend, forward and/or backward, side by side.

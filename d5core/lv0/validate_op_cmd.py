@@ -83,7 +83,7 @@ def validate_op(
     rtol: float | None,
     atol: float | None,
     as_json: bool,
-    db: Path | None,
+    db: str | Path | None,
     tags: tuple[str, ...],
 ) -> None:
     """Validate operator OP of a backend: forward and backward against the reference,
@@ -151,7 +151,7 @@ def _validate_custom(
     seed: int,
     tolerances: Any,
     as_json: bool,
-    db: Path | None,
+    db: str | Path | None,
     tags: tuple[str, ...] = (),
     timeout_s: float | None = None,
     python_reference: Path | None = None,

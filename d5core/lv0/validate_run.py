@@ -90,7 +90,7 @@ def validate_op_and_store(
     dtype: str,
     seed: int,
     tolerances: Any,
-    db: Path | None,
+    db: str | Path | None,
     tags: Sequence[str] = (),
     timeout_s: float = DEFAULT_TIMEOUT_S,
 ) -> StoredValidation:
@@ -138,7 +138,7 @@ def validate_custom_and_store(
     dtype: str,
     seed: int,
     tolerances: Any,
-    db: Path | None,
+    db: str | Path | None,
     tags: Sequence[str] = (),
     on_note: Callable[[str], None] | None = None,
     timeout_s: float = DEFAULT_TIMEOUT_S,

@@ -41,7 +41,7 @@ def audit_net(
     warmup: int,
     timeout: float | None,
     as_json: bool,
-    db: Path | None,
+    db: str | Path | None,
     tags: tuple[str, ...],
 ) -> None:
     """Audit MODEL's step on each executor as MLPerf audits inference: the outputs of

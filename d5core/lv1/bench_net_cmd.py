@@ -89,7 +89,7 @@ def bench_net(
     warmup: int,
     timeout: float | None,
     as_json: bool,
-    db: Path | None,
+    db: str | Path | None,
     tags: tuple[str, ...],
     **scenario: Any,
 ) -> None:

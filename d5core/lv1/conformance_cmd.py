@@ -66,7 +66,7 @@ def conformance(
     update_baseline: bool,
     failures: bool,
     as_json: bool,
-    db: Path | None,
+    db: str | Path | None,
     tags: tuple[str, ...],
 ) -> None:
     """Run the onnx package's backend node tests (one small model per operator behaviour)

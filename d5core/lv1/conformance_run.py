@@ -96,7 +96,7 @@ def run_and_store(
     data_dir: Path | None,
     baseline: Path | None,
     update_baseline: bool,
-    db: Path | None,
+    db: str | Path | None,
     tags: Sequence[str] = (),
 ) -> ConformanceOutcome:
     """Run the node tests on ``executor``, check them against ``baseline`` (or record

@@ -58,7 +58,7 @@ def validate_net(
     rtol: float | None,
     atol: float | None,
     as_json: bool,
-    db: Path | None,
+    db: str | Path | None,
     tags: tuple[str, ...],
 ) -> None:
     """Validate a network on an executor against the reference executor: every output,

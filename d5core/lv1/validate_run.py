@@ -65,7 +65,7 @@ def validate_net_and_store(
     batch: int,
     seed: int,
     tolerances: Any,
-    db: Path | None,
+    db: str | Path | None,
     tags: Sequence[str] = (),
     timeout_s: float = DEFAULT_TIMEOUT_S,
 ) -> StoredNetworkValidation:

@@ -8,7 +8,7 @@ One figure per recipe (its name and FIXED part: the problem), with a panel each 
 * the test accuracy (and, for language models, the validation perplexity) after each
   test pass, drawn the same way, with the recipe's target as a dashed line;
 * the time to the target per setting as a box over the runs that reached it, with
-  MLPerf's olympic mean marked (:func:`d5core.results.summaries.time_to_accuracy_summary`,
+  MLPerf's olympic mean marked (:func:`d5core.lv2.summaries.time_to_accuracy_summary`,
   the function ``d5 results table`` summarises with), the runs that missed the target
   drawn as triangles at the top, and the number of runs and of misses under each box.
 
@@ -374,7 +374,7 @@ def _time_panel(
     """Draw the time to ``target`` per setting; the numbers drawn."""
     from matplotlib.transforms import blended_transform_factory
 
-    from d5core.results.summaries import time_to_accuracy_summary
+    from d5core.lv2.summaries import time_to_accuracy_summary
 
     entries: list[tuple[str, list[float], tuple[float, float, float] | None]] = []
     data: dict[str, Any] = {}

@@ -213,7 +213,7 @@ def _rank_argv(
 ) -> Callable[[int, Path], list[str]]:
     """The arguments each rank's ``d5`` runs, given the resolved seed and database."""
 
-    def argv(seed: int, db_path: Path) -> list[str]:
+    def argv(seed: int, db_path: Path | str) -> list[str]:
         args = ["run", str(recipe), "--seed", str(seed), "--db", str(db_path),
                 "--ranks", str(ranks), "--scheme", dist_args["scheme"],
                 "--rank-timeout", str(rank_timeout)]  # fmt: skip
@@ -312,7 +312,7 @@ def run(
     global_batch: bool,
     metrics: tuple[str, ...],
     as_json: bool,
-    db: Path | None,
+    db: str | Path | None,
     tags: tuple[str, ...],
 ) -> None:
     """Train under RECIPE (.toml or .py), store the run and check its METRICS thresholds.

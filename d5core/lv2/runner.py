@@ -189,7 +189,7 @@ def repeat_summary(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     a run that did not reach the target is ``None`` ("not reached").
 
     ``rows`` are :meth:`TrainedRun.to_json` of the runs."""
-    from d5core.results.summaries import range_of, time_to_accuracy_summary
+    from d5core.lv2.summaries import range_of, time_to_accuracy_summary
 
     ttas = [r["metrics"]["time_to_accuracy"] for r in rows]
     tta = time_to_accuracy_summary([t if isinstance(t, int | float) else None for t in ttas])
@@ -393,7 +393,7 @@ def run_recipe(
     seed: int | None,
     *,
     repeat: int = 1,
-    db: Path | None = None,
+    db: str | Path | None = None,
     on_run: Callable[[TrainedRun], None] | None = None,
     metrics: Sequence[str] = (),
     tags: Sequence[str] = (),
@@ -464,8 +464,8 @@ def launch_ranks(
     dist_args: Mapping[str, Any],
     *,
     rank_timeout: float,
-    db: Path | None,
-    rank_argv: Callable[[int, Path], list[str]],
+    db: str | Path | None,
+    rank_argv: Callable[[int, Any], list[str]],
     metrics: Sequence[str] = (),
     tags: Sequence[str] = (),
     communicator: str | None = None,
@@ -475,9 +475,10 @@ def launch_ranks(
     and watch them.
 
     ``rank_argv(seed, db)`` gives the ``d5`` arguments each rank runs, with the seed the
-    recipe resolved and the absolute database path. The ranks' standard output is passed
-    through. Bad options end with exit 2 before anything is stored. SIGINT, SIGTERM and
-    SIGHUP stop the launcher and every rank, mark the run interrupted and end with
+    recipe resolved and the database: an absolute file path, or a PostgreSQL URL as
+    given. The ranks' standard output is passed through. Bad options end with exit 2
+    before anything is stored. SIGINT, SIGTERM and SIGHUP stop the launcher and every
+    rank, mark the run interrupted and end with
     :class:`~d5core.lv3.launch.RunInterrupted`.
     """
     from d5core.lv3.launch import (
@@ -489,14 +490,14 @@ def launch_ranks(
         launch,
         rank_launcher,
     )
-    from d5core.results.paths import resolve_db_path
+    from d5core.results.paths import absolute_db
     from d5core.results.store import ResultsStore
 
     # bad input fails here, before anything is stored
     prep = prepare(recipe, list(sets), seed, metrics=metrics)
     check_rank_options(prep.settings, len(prep.train_set), ranks, local=prep.trainer.optimizer,
                        communicator=communicator, **dist_args)  # fmt: skip
-    db_path = resolve_db_path(db).absolute()
+    db_path = absolute_db(db)
     argv = rank_argv(prep.seed, db_path)
     communicator = str(rank_launcher(chosen_communicator(communicator)).communicator)
 
@@ -553,7 +554,7 @@ def run_rank(
     seed: int | None,
     dist_args: Mapping[str, Any],
     *,
-    db: Path | None,
+    db: str | Path | None,
     on_run: Callable[[TrainedRun], None],
     metrics: Sequence[str] = (),
     tags: Sequence[str] = (),

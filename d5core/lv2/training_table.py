@@ -67,7 +67,7 @@ def _run_values(store: ResultsStore, run: RunRecord) -> dict[str, float | None]:
     Throughput is the run's own samples/s over the whole run, else the median of its
     per-step rates: one value per run.
     """
-    from d5core.results.summaries import true_median
+    from d5core.lv2.summaries import true_median
 
     values = {m.name: m.value for m in store.metrics(run.id) if not m.labels}
     rate = values.get("throughput")
@@ -105,7 +105,7 @@ def _perplexity_cells(
     """A language model's row: time to perplexity (as time to accuracy) and the final
     validation perplexity; nothing for rows whose runs have no target perplexity and
     stored no perplexity."""
-    from d5core.results.summaries import range_of, time_to_accuracy_summary
+    from d5core.lv2.summaries import range_of, time_to_accuracy_summary
 
     ttps = [v["time_to_perplexity"] for v in values]
     ppls = [v["final_perplexity"] for v in values if v["final_perplexity"] is not None]
@@ -125,7 +125,7 @@ def _table_row(
     store: ResultsStore, group_by: str, key: tuple[str, str | None], members: list[RunRecord]
 ) -> dict[str, Any]:
     """One row: the runs of one recipe hash with one value of ``group_by``."""
-    from d5core.results.summaries import across_runs, range_of, time_to_accuracy_summary
+    from d5core.lv2.summaries import across_runs, range_of, time_to_accuracy_summary
 
     statuses: dict[str, int] = {}
     for run in members:

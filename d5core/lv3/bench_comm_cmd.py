@@ -265,7 +265,7 @@ def bench_comm(
     size_list: str | None,
     tags: tuple[str, ...],
     as_json: bool,
-    db: Path | None,
+    db: str | Path | None,
 ) -> None:
     """Time a collective against message size: d5's communicator beside the library's
     own call, on each rank count, stored as one run (kind comm).

@@ -391,7 +391,7 @@ def _fit_of(run: Any) -> CommFit:
     return fit if fit.run_id == run.id else CommFit.from_json({**data, "run_id": run.id})
 
 
-def load_fit(run_id: str | None, db: Path | None, communicator: str | None = None) -> CommFit:
+def load_fit(run_id: str | None, db: str | Path | None, communicator: str | None = None) -> CommFit:
     """The fit stored with a ping-pong run of ``d5 bench comm``.
 
     :param run_id: the run (an id or a unique prefix); ``None``: the newest complete

@@ -114,7 +114,7 @@ def run_comm_sweep(
     link_peak: float | None,
     rank_timeout: float,
     tags: Sequence[str],
-    db: Path | None,
+    db: str | Path | None,
     progress: Callable[[str], None] | None = None,
     timeout: float | None = None,
 ) -> CommRun:
@@ -178,7 +178,7 @@ def _outside_launcher() -> str:
     return str((found or {}).get("launcher") or "unknown launcher")
 
 
-def _check_store_on_rank_0(ctx: Any, db: Path | None) -> None:
+def _check_store_on_rank_0(ctx: Any, db: str | Path | None) -> None:
     """Rank 0 opens the store and checks it can be written, before the sweep; every rank
     hears the verdict (a broadcast), so that a refused store ends every rank at once:
     rank 0 with the one-line usage error, the others with exit 2 and no message."""
@@ -210,7 +210,7 @@ def run_launched_rank(
     communicator: str | None,
     link_peak: float | None,
     tags: Sequence[str],
-    db: Path | None,
+    db: str | Path | None,
 ) -> CommRun | None:
     """One rank of a sweep, in place under a launcher
     (:func:`~d5core.lv3.comm_sweep.run_rank`).

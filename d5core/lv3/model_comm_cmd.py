@@ -109,7 +109,7 @@ def model_comm(
     scheme_options: tuple[str, ...],
     plot: Path | None,
     as_json: bool,
-    db: Path | None,
+    db: str | Path | None,
 ) -> None:
     """Predict a scheme's communication time per step from a fitted L and G.
 

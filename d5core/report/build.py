@@ -358,7 +358,7 @@ def build_report(
     return ReportDocument(
         title=f"d5 report: {len(report_runs)} run{'s' if len(report_runs) != 1 else ''}",
         created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        database=str(store.path),
+        database=store.location,
         selection=selection,
         runs=tuple(report_runs),
         figures=tuple(rendered),

@@ -111,7 +111,7 @@ def report(
     output: Path | None,
     formats: str,
     as_json: bool,
-    db: Path | None,
+    db: str | Path | None,
 ) -> None:
     """Write an HTML report of stored runs, with PNG and PDF copies of its figures.
 

@@ -11,7 +11,7 @@ Each run is drawn at its creation time with the median and confidence interval d
 stored for it (:meth:`~d5core.levels.report.ReportMeasurement.median_ci`); the tick
 labels name the short git commit where the run knew it, else the date. Consecutive runs
 are judged exactly as ``d5 results compare`` judges them
-(:func:`d5core.results.comparison.compare_measurements`: between worker processes,
+(:func:`d5core.report.comparison.compare_measurements`: between worker processes,
 above the noise floor), and every change it calls is marked: an arrow-head pointing the
 way the median moved, green when the change is better and red when it is worse by the
 quantity's own direction (grey when the quantity has none), with the ratio beside it.
@@ -48,7 +48,7 @@ from d5core.report.style import PALETTE, colors_for, new_figure, runs_figure, sh
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
 
-    from d5core.results.comparison import MeasurementSamples
+    from d5core.report.comparison import MeasurementSamples
     from d5core.results.store import MetricRecord, ResultsStore
 
 __all__ = [
@@ -237,7 +237,7 @@ def _measured(run: ReportRun, section: str, found: dict[_SeriesKey, HistorySerie
     measured several times in the run, the samples are pooled for the verdict (as
     ``d5 results compare`` pools them) and the first measurement's stored median and
     interval are drawn."""
-    from d5core.results.comparison import pool_measurements
+    from d5core.report.comparison import pool_measurements
 
     skipped = SKIPPED_METRICS.get(run.kind, frozenset())
     wanted = [m for m in run.measurements if m.metric not in skipped]
@@ -359,7 +359,7 @@ class _Floors:
         if self.fixed is not None:
             return self.fixed
         if machine not in self.cache:
-            from d5core.results.comparison import noise_floor_for
+            from d5core.report.comparison import noise_floor_for
 
             assert self.store is not None
             floor = noise_floor_for(self.store, (a.record, b.record), self.min_effect)
@@ -371,7 +371,7 @@ def _judge(
     series: HistorySeries, a: HistoryPoint, b: HistoryPoint, alpha: float, floors: _Floors
 ) -> dict[str, Any]:
     """One step of ``series``, from point ``a`` to ``b`` (same machine)."""
-    from d5core.results.comparison import compare_measurements
+    from d5core.report.comparison import compare_measurements
 
     step: dict[str, Any] = {"from_run": a.run.id, "to_run": b.run.id, "machine_changed": False}
     if series.scalar:

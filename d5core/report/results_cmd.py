@@ -4,7 +4,7 @@ Every subcommand reads the database named by ``--db`` (else ``D5_DB``, else the 
 default) and never writes to it, except to mark runs whose process died as
 ``incomplete``. ``--json`` prints machine-readable output instead of tables
 (``docs/json.md``). The commands parse and render: the comparison of two runs is
-:mod:`d5core.results.comparison`, the table of training runs
+:mod:`d5core.report.comparison`, the table of training runs
 :mod:`d5core.lv2.training_table`.
 """
 
@@ -14,6 +14,8 @@ import csv
 import io
 import json
 import math
+import os
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,7 +33,7 @@ from d5core.results.store import MeasurementRecord, RunRecord, read_store
 from d5core.results.tags import check_tag
 
 if TYPE_CHECKING:
-    from d5core.results.comparison import Comparison
+    from d5core.report.comparison import Comparison
 
 __all__ = ["results"]
 
@@ -59,7 +61,7 @@ _CSV_COLUMNS = (
 )
 
 
-def _open(db: Path | None) -> Any:
+def _open(db: str | Path | None) -> Any:
     return read_store(db)
 
 
@@ -176,27 +178,32 @@ def results() -> None:
 @json_option
 @db_option
 def list_runs(
-    limit: int, show_all: bool, kind: str | None, tag: str | None, as_json: bool, db: Path | None
+    limit: int,
+    show_all: bool,
+    kind: str | None,
+    tag: str | None,
+    as_json: bool,
+    db: str | Path | None,
 ) -> None:
     """List stored runs, newest first."""
     if tag is not None:
         check_tag(tag)
     with _open(db) as store:
         runs = store.list_runs(limit=None if show_all else limit, kind=kind, tag=tag)
-        path = store.path
+        location = store.location
         known = store.tag_names() if tag is not None and not runs else {}
     if as_json:
         print_json([r.to_json() for r in runs])
         return
     if not runs:
         console().print(
-            f"no runs in {path}" + (f" of kind {kind!r}" if kind else "")
+            f"no runs in {location}" + (f" of kind {kind!r}" if kind else "")
             + (f" tagged {tag!r}" if tag is not None else "")
             + _known_tags_hint(tag, known),
             markup=False, highlight=False,
         )  # fmt: skip
         return
-    table = Table(title=f"d5 runs in {path}", title_justify="left")
+    table = Table(title=f"d5 runs in {location}", title_justify="left")
     for column in ("id", "kind", "name", "status", "created (UTC)", "duration"):
         table.add_column(column, overflow="fold")
     for column in ("measurements", "metrics", "seed"):
@@ -337,7 +344,7 @@ def _startup_lines(metrics: Sequence[Any]) -> list[str]:
 @click.option("--samples", is_flag=True, help="With --json, include the raw samples.")
 @json_option
 @db_option
-def show_run(run: str, samples: bool, as_json: bool, db: Path | None) -> None:
+def show_run(run: str, samples: bool, as_json: bool, db: str | Path | None) -> None:
     """Show one run: its settings, environment, measurements and metrics.
 
     RUN is a run id or a prefix of one that matches a single run.
@@ -409,14 +416,18 @@ def _csv_rows(documents: Iterable[Mapping[str, Any]]) -> Iterable[list[Any]]:
 
 
 @results.command("export")
-@click.argument("runs", nargs=-1, required=True)
+@click.argument("runs", nargs=-1)
+@click.option(
+    "--all", "every_run", is_flag=True, help="Export every run of the store, oldest first."
+)
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(["json", "csv"]),
+    type=click.Choice(["json", "csv", "jsonl"]),
     default=None,
     help="json: one document with runs, environments, summaries and raw samples "
-    "(the default); csv: one row per raw sample or scalar metric.",
+    "(the default); csv: one row per raw sample or scalar metric; jsonl: one d5-run/1 "
+    "transfer document per line, with samples and artifacts, for 'd5 results import'.",
 )
 @click.option(
     "--output",
@@ -428,21 +439,37 @@ def _csv_rows(documents: Iterable[Mapping[str, Any]]) -> Iterable[list[Any]]:
 @json_option(help="Same as --format json.")
 @db_option
 def export_runs(
-    runs: tuple[str, ...], fmt: str | None, output: Path | None, as_json: bool, db: Path | None
+    runs: tuple[str, ...],
+    every_run: bool,
+    fmt: str | None,
+    output: Path | None,
+    as_json: bool,
+    db: str | Path | None,
 ) -> None:
-    """Export runs with their raw samples as JSON or CSV.
+    """Export runs with their raw samples as JSON, CSV or JSON Lines.
 
-    RUNS are run ids or unique prefixes. --json is short for --format json.
+    RUNS are run ids or unique prefixes; --all exports every run. --json is short for
+    --format json. --format jsonl writes what 'd5 results import' reads, to move runs
+    to a store at another site; runs still running are left out of it (with a warning),
+    since they are not finished.
     """
-    if as_json and fmt == "csv":
-        raise UsageError("--json and --format csv contradict each other; give one of them")
+    if as_json and fmt not in (None, "json"):
+        raise UsageError(f"--json and --format {fmt} contradict each other; give one of them")
+    if bool(runs) == every_run:
+        raise UsageError("give run ids, or --all, not both and not neither")
     fmt = fmt or "json"
     with _open(db) as store:
-        ids = list(dict.fromkeys(store.get_run(r).id for r in runs))
+        if every_run:
+            ids = [r.id for r in reversed(store.list_runs())]
+        else:
+            ids = list(dict.fromkeys(store.get_run(r).id for r in runs))
+        if fmt == "jsonl":
+            _export_jsonl(store, ids, output)
+            return
         documents = [store.run_document(i) for i in ids]
-        path = store.path
+        location = store.location
     if fmt == "json":
-        text = json_text({"database": str(path), "runs": documents})
+        text = json_text({"database": location, "runs": documents})
     else:
         buffer = io.StringIO()
         writer = csv.writer(buffer, lineterminator="\n")
@@ -458,6 +485,37 @@ def export_runs(
         raise UsageError(f"cannot write {output}: {exc.strerror or exc}") from exc
     n_samples = sum(len(m.get("samples") or []) for d in documents for m in d["measurements"])
     click.echo(f"wrote {len(documents)} run(s), {n_samples} samples, to {output}", err=True)
+
+
+def _export_jsonl(store: Any, ids: Sequence[str], output: Path | None) -> None:
+    """Write the finished runs of ``ids`` as JSON Lines to ``output`` (standard output
+    when ``None``); a file is written beside and renamed, so a failure leaves none."""
+    from d5core.teamstore.transfer import write_jsonl
+
+    running = {r.id for r in store.list_runs() if r.status == "running"} & set(ids)
+    for run_id in ids:
+        if run_id in running:
+            _warn(f"run {run_id} is still running: left out; export it once it has finished")
+    finished = [i for i in ids if i not in running]
+    if output is None:
+        write_jsonl(store, finished, sys.stdout)
+        return
+    partial = output.with_name(f".{output.name}.partial-{os.getpid()}")
+    try:
+        with partial.open("w", encoding="utf-8", newline="\n") as out:
+            written = write_jsonl(store, finished, out)
+        os.replace(partial, output)
+    except OSError as exc:
+        partial.unlink(missing_ok=True)
+        raise UsageError(f"cannot write {output}: {exc.strerror or exc}") from exc
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
+    click.echo(
+        f"wrote {written.runs} run(s), {written.samples} samples, {written.artifacts} "
+        f"artifact(s), to {output}",
+        err=True,
+    )
 
 
 # -- compare ---------------------------------------------------------------------------
@@ -574,7 +632,7 @@ def compare_runs(
     min_effect: float | None,
     fail_if_worse: bool,
     as_json: bool,
-    db: Path | None,
+    db: str | Path | None,
 ) -> None:
     """Compare CANDIDATE with BASELINE, measurement by measurement.
 
@@ -590,7 +648,7 @@ def compare_runs(
     environments, on a busy machine or under different loads are compared with a
     warning naming what differs.
     """
-    from d5core.results.comparison import compare_runs as compare
+    from d5core.report.comparison import compare_runs as compare
 
     with _open(db) as store:
         comparison = compare(store, baseline, candidate, alpha=alpha, min_effect=min_effect)
@@ -770,7 +828,7 @@ def table_runs(
     kind: str,
     group_by: str,
     as_json: bool,
-    db: Path | None,
+    db: str | Path | None,
 ) -> None:
     """Stored runs side by side, from any number of environments.
 

@@ -79,8 +79,8 @@ def _empty(store: ResultsStore, asked: str, tag: str | None) -> UsageError:
     """The error for a selection that found nothing, saying what the database holds."""
     total = len(store.list_runs())
     if total == 0:
-        return UsageError(f"no runs in {store.path}; run a benchmark first, or pass --db PATH")
-    held = f"{store.path} holds {total} run{'s' if total != 1 else ''}"
+        return UsageError(f"no runs in {store.location}; run a benchmark first, or pass --db PATH")
+    held = f"{store.location} holds {total} run{'s' if total != 1 else ''}"
     if tag is not None:
         tags = store.tag_names()
         if tag not in tags:

@@ -1,10 +1,14 @@
 """The results database's tables and the ordered migrations that build them.
 
-The schema version lives in SQLite's ``PRAGMA user_version``; the file is marked as a
+SQLite: the schema version lives in ``PRAGMA user_version``; the file is marked as a
 d5 database by ``PRAGMA application_id``. A migration is a list of single statements
 (not a script: ``executescript`` would commit the surrounding transaction), applied in
 order inside the one ``BEGIN IMMEDIATE`` transaction that also sets ``user_version``,
 so a failed or interrupted upgrade leaves the file at its old version.
+
+Another database (PostgreSQL, :mod:`d5core.teamstore.postgres_schema`) versions the
+same tables with migrations of the same numbers, written in its own dialect: a change
+here is made there too, under the same version.
 
 Append migrations; never edit one that has been released.
 """
@@ -19,6 +23,7 @@ from d5core.errors import UsageError
 
 __all__ = [
     "APPLICATION_ID",
+    "APPLICATION_MARKER",
     "MIGRATIONS",
     "SCHEMA_VERSION",
     "Migration",
@@ -30,6 +35,9 @@ __all__ = [
 
 #: ``PRAGMA application_id`` of a d5 results database: the bytes ``b"d5rs"``.
 APPLICATION_ID = int.from_bytes(b"d5rs", "big")
+#: How a d5 results database names itself where there is no ``application_id``
+#: (PostgreSQL's ``d5_schema.application``).
+APPLICATION_MARKER = "d5rs"
 
 
 @dataclass(frozen=True)
@@ -186,6 +194,21 @@ MIGRATIONS: tuple[Migration, ...] = (
                 PRIMARY KEY (run_id, tag)
             ) WITHOUT ROWID""",
             "CREATE INDEX run_tags_by_tag ON run_tags (tag)",
+        ),
+    ),
+    Migration(
+        6,
+        "artifacts: files kept with a run, in the database",
+        (
+            # A file a run keeps (LoadGen's logs, ...), named within its run; its bytes
+            # in ``data`` and their SHA-256 in hex, so that copies can be checked.
+            """CREATE TABLE artifacts (
+                run_id TEXT NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+                name   TEXT NOT NULL,
+                sha256 TEXT NOT NULL,
+                data   BLOB NOT NULL,
+                PRIMARY KEY (run_id, name)
+            ) WITHOUT ROWID""",
         ),
     ),
 )

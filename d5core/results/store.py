@@ -1,30 +1,33 @@
-"""The results store: every run, its raw samples, summaries and environment, in SQLite.
+"""The results store: every run, its raw samples, summaries and environment.
 
-Why SQLite: one file that several processes (ranks, parallel benchmark sessions, runs
-from different virtualenvs) write at once, that survives a killed process, and that any
-tool can read. The file uses WAL journaling, a busy timeout and ``BEGIN IMMEDIATE``
-transactions retried while another writer holds the lock, so concurrent writers wait
-instead of failing with "database is locked".
+Two databases hold a store, behind one interface (:class:`ResultsStore`):
+
+- SQLite, the default: one file that several processes (ranks, parallel benchmark
+  sessions, runs from different virtualenvs) write at once, that survives a killed
+  process, and that any tool can read (:mod:`d5core.results.sqlite_backend`);
+- PostgreSQL, for teams and clusters: ``--db postgresql://user@host:port/dbname``
+  (:mod:`d5core.teamstore.postgres_backend`, opened through the ``d5_results_backend`` hook).
+
+Both hold the same schema (:mod:`d5core.results.schema`); the SQL here is the one both
+accept, and what differs lives in the backend (:mod:`d5core.results.backend`).
 
 Durability: beginning a run, adding a measurement (with all its samples), adding a
 metric and finishing a run are each one committed transaction. Killing the process at
 any moment loses at most the write in progress, never a finished run, and never leaves
 half a measurement. A run left ``running`` by a process that no longer exists on this
-host reads back as ``incomplete`` (and is marked so when a store is opened).
+host reads back as ``incomplete`` (and is marked so when a store is opened); on
+PostgreSQL, so does a run of another host whose writer no longer holds its lock.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import logging
 import math
 import os
-import random
-import shutil
 import socket
-import sqlite3
-import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -37,9 +40,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from d5core.environment import RUN_SPECIFIC_KEYS, capture_environment, environment_fingerprint
 from d5core.errors import UsageError, one_line
 from d5core.metrics.directions import better_of, check_better
-from d5core.results import schema
+from d5core.results.backend import StoreBackend
 from d5core.results.load import LoadAverage, current_load
-from d5core.results.paths import DB_ENV_VAR, ensure_parent, resolve_db_path
+from d5core.results.paths import redact_url, resolve_db
+from d5core.results.run_documents import RUN_FORMAT, CheckedRun, check_artifact_name
 from d5core.results.tags import check_tags
 
 if TYPE_CHECKING:
@@ -76,8 +80,6 @@ FINAL_STATUSES: tuple[str, ...] = ("complete", "failed", "diverged", "incomplete
 BUSY_TIMEOUT_S = 30.0
 
 _ID_LENGTH = 12
-_SQLITE_BUSY, _SQLITE_LOCKED = 5, 6
-_SQLITE_READONLY, _SQLITE_IOERR, _SQLITE_FULL, _SQLITE_CANTOPEN = 8, 10, 13, 14
 _log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
@@ -204,72 +206,6 @@ def _dumps(value: Any, *, canonical: bool = True) -> str:
 
 def _loads(text: str | None) -> Any:
     return None if text is None else json.loads(text)
-
-
-def _is_busy(exc: sqlite3.Error) -> bool:
-    code = getattr(exc, "sqlite_errorcode", None)
-    if isinstance(code, int):
-        return (code & 0xFF) in (_SQLITE_BUSY, _SQLITE_LOCKED)
-    msg = str(exc).lower()
-    return "locked" in msg or "busy" in msg
-
-
-def _is_readonly(exc: sqlite3.Error) -> bool:
-    return "readonly" in str(exc).lower() or "read-only" in str(exc).lower()
-
-
-def _primary_code(exc: sqlite3.Error) -> int | None:
-    code = getattr(exc, "sqlite_errorcode", None)
-    return code & 0xFF if isinstance(code, int) else None
-
-
-def _is_full(exc: sqlite3.Error) -> bool:
-    return _primary_code(exc) == _SQLITE_FULL or "disk is full" in str(exc).lower()
-
-
-def _free_space(path: Path) -> tuple[int | None, str]:
-    """The free bytes of the filesystem holding ``path`` and the same in words, with the
-    mount point (the nearest existing folder above ``path`` that is one)."""
-    mount = path.absolute()
-    while not (mount.exists() and os.path.ismount(mount)) and mount != mount.parent:
-        mount = mount.parent
-    try:
-        free = shutil.disk_usage(mount).free
-    except OSError:
-        return None, f"free space unknown on the filesystem at {mount}"
-    size, unit = float(free), "B"
-    for bigger in ("KiB", "MiB", "GiB", "TiB"):
-        if size < 1024:
-            break
-        size, unit = size / 1024, bigger
-    shown = f"{int(size)} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-    return free, f"{shown} free on the filesystem at {mount}"
-
-
-def _write_failure(path: Path, exc: sqlite3.Error) -> UsageError | None:
-    """A write to the database at ``path`` that failed for a reason outside d5 (a full
-    disk, a read-only file, an I/O error), as the one-line :class:`UsageError` to raise;
-    ``None`` for any other error."""
-    code = _primary_code(exc)
-    free, space = _free_space(path)
-    if _is_full(exc) or (code == _SQLITE_IOERR and free == 0):
-        return UsageError(
-            f"the results database {path} cannot grow: it or its disk is full ({space}); "
-            f"runs already stored are kept; free space there, or pass --db (or set "
-            f"{DB_ENV_VAR}) to a file on another disk"
-        )
-    if code == _SQLITE_READONLY or _is_readonly(exc):
-        return UsageError(
-            f"the results database {path} is read-only ({one_line(exc)}); pass --db with a "
-            f"writable file, or set {DB_ENV_VAR}"
-        )
-    if code in (_SQLITE_IOERR, _SQLITE_CANTOPEN):
-        return UsageError(
-            f"cannot use the results database {path} ({one_line(exc)}; {space}); "
-            f"check that disk (full? failing?), or pass --db "
-            f"(or set {DB_ENV_VAR}) to a file on another disk"
-        )
-    return None
 
 
 def _own_start_time() -> float | None:
@@ -403,6 +339,30 @@ def _joined_environment(shared: str | None, own: str | None) -> dict[str, Any]:
     return env
 
 
+def _url_backend(
+    url: str, *, create: bool, manager: PluginManager | None, timeout_s: float
+) -> StoreBackend:
+    """The backend the plugins open for a database URL (``d5_results_backend``)."""
+    if manager is None:
+        from d5core.plugins import get_plugin_manager
+
+        manager = get_plugin_manager()
+    backend = manager.hook.d5_results_backend(url=url, create=create, timeout_s=timeout_s)
+    if backend is None:
+        scheme = url.split("://", 1)[0]
+        raise UsageError(
+            f"unsupported database URL {redact_url(url)!r}: d5 stores results in SQLite "
+            f"files and PostgreSQL databases (postgresql://user@host:port/dbname), and no "
+            f"installed plugin opens {scheme!r} URLs"
+        )
+    if not isinstance(backend, StoreBackend):
+        raise UsageError(
+            f"the plugin that opened {redact_url(url)!r} returned "
+            f"{type(backend).__name__}, not a StoreBackend; report it to that plugin"
+        )
+    return backend
+
+
 # -- the store -----------------------------------------------------------------
 
 
@@ -415,14 +375,14 @@ class ResultsStore:
 
     def __init__(
         self,
-        conn: sqlite3.Connection,
-        path: Path,
+        db: StoreBackend,
         *,
         manager: PluginManager | None = None,
         timeout_s: float = BUSY_TIMEOUT_S,
     ) -> None:
-        self._conn = conn
-        self._path = path
+        self._db = db
+        #: The connection the SQL runs on (``?`` placeholders on both backends).
+        self._conn: Any = db.conn
         self._manager = manager
         self._timeout_s = timeout_s
         self._host = socket.gethostname()
@@ -440,55 +400,62 @@ class ResultsStore:
     ) -> ResultsStore:
         """Open (and create or upgrade) the results database.
 
-        :param path: the database file; see :func:`d5core.results.paths.resolve_db_path`
-            for the default.
+        :param path: the database file, or a PostgreSQL URL
+            ``postgresql://user@host:port/dbname``; see
+            :func:`d5core.results.paths.resolve_db` for the default.
         :param create: create the file (and its directories) when it does not exist;
-            with ``False`` a missing file is a :class:`UsageError`.
+            with ``False`` a missing file is a :class:`UsageError`. A PostgreSQL
+            database must exist; an empty one gets the schema, or with ``False`` is a
+            :class:`UsageError` too.
         :param manager: the plugin manager whose ``d5_result_stored`` hooks are called
             and whose environment hooks fill environments captured by :meth:`begin_run`;
             the process-wide one by default.
         :param timeout_s: how long to wait for another writer's lock.
-        :raises UsageError: when the file is not a d5 results database (it is left
-            untouched), was written by a newer d5, or cannot be opened.
+        :raises UsageError: when the file or database is not a d5 results database (it
+            is left untouched), was written by a newer d5, or cannot be opened (a bad
+            URL, an unreachable server, failed authentication).
         """
-        db = resolve_db_path(path)
-        if db.is_dir():
-            raise UsageError(f"{db} is a directory, not a d5 results database; pass a file path")
-        if db.exists() and not db.is_file():
-            raise UsageError(
-                f"{db} is a device or another special file, not a d5 results database; "
-                f"pass --db (or set {DB_ENV_VAR}) with a file path"
-            )
-        if not db.exists():
-            if not create:
-                raise UsageError(
-                    f"no results database at {db}; run a benchmark first, or pass "
-                    f"--db PATH or set {DB_ENV_VAR} to the database to read"
-                )
-            ensure_parent(db)
-        uri = db.absolute().as_uri() + ("?mode=rwc" if create else "?mode=rw")
-        try:
-            conn = sqlite3.connect(
-                uri, uri=True, timeout=timeout_s, isolation_level=None, check_same_thread=True
-            )
-        except sqlite3.Error as exc:
-            raise UsageError(f"cannot open the results database {db}: {exc}") from exc
-        store = cls(conn, db, manager=manager, timeout_s=timeout_s)
+        target = resolve_db(path)
+        backend: StoreBackend
+        if isinstance(target, str):
+            backend = _url_backend(target, create=create, manager=manager, timeout_s=timeout_s)
+        else:
+            from d5core.results.sqlite_backend import SqliteBackend
+
+            backend = SqliteBackend.open(target, create=create, timeout_s=timeout_s)
+        store = cls(backend, manager=manager, timeout_s=timeout_s)
         try:
             store._prepare()
         except BaseException:
-            conn.close()
+            backend.close()
             raise
         return store
 
     @property
     def path(self) -> Path:
-        """The database file."""
-        return self._path
+        """The database file of an SQLite store; messages use :attr:`location`.
+
+        :raises UsageError: for a PostgreSQL store, which has no file.
+        """
+        path = self._db.path
+        if path is None:
+            raise UsageError(f"the results database {self.location} is not a file")
+        return path
+
+    @property
+    def location(self) -> str:
+        """Where the store is, as messages name it: the file path, or the URL with any
+        password replaced by ``***``."""
+        return self._db.location
+
+    @property
+    def backend(self) -> str:
+        """The database behind the store: ``"sqlite"`` or ``"postgresql"``."""
+        return self._db.name
 
     def close(self) -> None:
-        """Close the connection; finished writes are already on disk."""
-        self._conn.close()
+        """Close the connection; finished writes are already stored."""
+        self._db.close()
 
     def __enter__(self) -> ResultsStore:
         return self
@@ -503,159 +470,71 @@ class ResultsStore:
 
     # -- transactions ----------------------------------------------------------
 
-    def _retrying(self, action: Callable[[], _T]) -> _T:
-        """Run ``action`` again while SQLite reports the database busy, up to the timeout."""
-        deadline = time.monotonic() + self._timeout_s
-        delay = 0.005
-        while True:
-            try:
-                return action()
-            except sqlite3.OperationalError as exc:
-                if not _is_busy(exc):
-                    raise
-                if time.monotonic() >= deadline:
-                    raise UsageError(
-                        f"the results database {self._path} stayed locked by another "
-                        f"process for {self._timeout_s:g} s; try again when it has finished"
-                    ) from exc
-                time.sleep(delay * (1.0 + random.random()))
-                delay = min(delay * 2.0, 0.25)
-
-    def _write(self, body: Callable[[sqlite3.Connection], _T]) -> _T:
-        """Run ``body`` in one ``BEGIN IMMEDIATE`` transaction and commit it.
-
-        ``IMMEDIATE`` takes the write lock up front, so a transaction never has to
-        upgrade a read lock (the case SQLite's busy handler cannot wait out). The whole
-        transaction is retried while the database is busy; on any error it is rolled
-        back and nothing of it is kept.
-        """
+    @contextmanager
+    def _snapshot(self) -> Iterator[None]:
+        """Read in one transaction, so that every query sees one state of the store."""
         conn = self._conn
-
-        def attempt() -> _T:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                result = body(conn)
-                conn.execute("COMMIT")
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
-            return result
-
+        if conn.in_transaction:
+            yield
+            return
+        conn.execute(self._db.begin_read)
         try:
-            return self._retrying(attempt)
-        except sqlite3.Error as exc:
-            failure = _write_failure(self._path, exc)
-            if failure is None:
-                raise
-            raise failure from exc
+            yield
+        finally:
+            if conn.in_transaction:
+                conn.execute("COMMIT")
+
+    def _write(self, body: Callable[[Any], _T]) -> _T:
+        """Run ``body(conn)`` in one write transaction of the backend and commit it;
+        retried whole while the database asks to, and rolled back on any error."""
+        return self._db.write(body)
 
     def _prepare(self) -> None:
-        conn = self._conn
-
-        def identify() -> tuple[int, int, list[str]]:
-            # One read transaction: the three reads see one state of the file. Read one
-            # by one, another process creating the database could commit in between,
-            # and its tables would be seen without its application id.
-            in_transaction = conn.in_transaction
-            if not in_transaction:
-                conn.execute("BEGIN")
-            try:
-                app_id = int(conn.execute("PRAGMA application_id").fetchone()[0])
-                version = int(conn.execute("PRAGMA user_version").fetchone()[0])
-                tables = [
-                    r[0]
-                    for r in conn.execute(
-                        "SELECT name FROM sqlite_master WHERE type = 'table' "
-                        "AND name NOT LIKE 'sqlite_%' ORDER BY name"
-                    )
-                ]
-            finally:
-                if not in_transaction and conn.in_transaction:
-                    conn.execute("COMMIT")
-            return app_id, version, tables
-
-        def check(app_id: int, version: int, tables: list[str]) -> None:
-            if app_id not in (0, schema.APPLICATION_ID) or (app_id == 0 and tables):
-                shown = ", ".join(tables[:5]) + (", ..." if len(tables) > 5 else "")
-                what = f"tables {shown}" if tables else f"application id {app_id:#x}"
-                raise UsageError(
-                    f"{self._path} is not a d5 results database: it is an SQLite database "
-                    f"of another program ({what}); pass --db with another path"
-                )
-            schema.check_version(version, str(self._path), schema.MIGRATIONS)
-
-        try:
-            app_id, version, tables = self._retrying(identify)
-        except sqlite3.DatabaseError as exc:
-            if isinstance(exc, sqlite3.OperationalError) and not _is_notadb(exc):
-                failure = _write_failure(self._path, exc)
-                if failure is not None:
-                    raise failure from exc
-                raise UsageError(f"cannot read the results database {self._path}: {exc}") from exc
-            raise UsageError(f"{self._path} is not a d5 results database: {exc}") from exc
-        check(app_id, version, tables)
-
-        conn.execute(f"PRAGMA busy_timeout = {int(self._timeout_s * 1000)}")
-        # FULL: a committed run survives a power cut too, not only a killed process.
-        conn.execute("PRAGMA synchronous = FULL")
-        try:
-            self._retrying(lambda: conn.execute("PRAGMA journal_mode = WAL").fetchone())
-        except sqlite3.OperationalError as exc:
-            if not _is_readonly(exc):
-                failure = _write_failure(self._path, exc)
-                if failure is not None:
-                    raise failure from exc
-                raise UsageError(f"cannot use the results database {self._path}: {exc}") from exc
-
-        if version < schema.latest_version(schema.MIGRATIONS):
-
-            def upgrade(c: sqlite3.Connection) -> None:
-                # Another process may have created or upgraded it since we looked.
-                now = identify()
-                check(*now)
-                schema.apply_migrations(c, schema.pending_migrations(now[1], schema.MIGRATIONS))
-
-            try:
-                self._write(upgrade)
-            except sqlite3.OperationalError as exc:
-                raise UsageError(
-                    f"cannot create or upgrade the results database {self._path}: {exc}"
-                ) from exc
-        # Only now: a migration that rebuilds a table must not cascade deletions.
-        conn.execute("PRAGMA foreign_keys = ON")
+        self._db.prepare()
         self._mark_dead_runs_incomplete()
 
+    def _writer_gone(self, run_id: str, host: str | None, pid: int | None, started: Any) -> bool:
+        """Whether the process writing a ``running`` run is known to have ended: by its
+        pid and start time for a run of this host; by the backend (PostgreSQL's
+        advisory lock) for a run of another host."""
+        if host == self._host:
+            return pid is not None and not _process_alive(int(pid), started)
+        return self._db.writer_gone_elsewhere(run_id)
+
     def _mark_dead_runs_incomplete(self) -> None:
-        """Persist ``incomplete`` for runs whose process on this host has ended."""
+        """Persist ``incomplete`` for runs whose writing process has ended."""
         rows = self._conn.execute(
-            "SELECT id, pid, proc_started FROM runs WHERE status = 'running' AND hostname = ?",
-            (self._host,),
+            "SELECT id, pid, proc_started, hostname FROM runs WHERE status = 'running'"
         ).fetchall()
         dead = [
-            (run_id, pid)
-            for run_id, pid, started in rows
-            if pid is not None and not _process_alive(int(pid), started)
+            (run_id, pid, host)
+            for run_id, pid, started, host in rows
+            if self._writer_gone(run_id, host, pid, started)
         ]
         if not dead:
             return
 
-        def mark(c: sqlite3.Connection) -> None:
-            for run_id, pid in dead:
+        def mark(c: Any) -> None:
+            for run_id, pid, host in dead:
                 c.execute(
                     "UPDATE runs SET status = 'incomplete', error = ? "
                     "WHERE id = ? AND status = 'running'",
-                    (self._dead_message(pid), run_id),
+                    (self._dead_message(pid, host), run_id),
                 )
 
         try:
             self._write(mark)
-        except (sqlite3.OperationalError, UsageError) as exc:
-            # A read-only or busy file: reads still report these runs as incomplete.
+        except UsageError as exc:
+            _log.debug("could not mark dead runs incomplete: %s", exc)
+        except Exception as exc:
+            if not self._db.is_transient(exc):
+                raise
+            # A read-only or busy database: reads still report these runs as incomplete.
             _log.debug("could not mark dead runs incomplete: %s", exc)
 
-    def _dead_message(self, pid: int | None) -> str:
-        return f"its process (pid {pid} on {self._host}) ended before the run was finished"
+    def _dead_message(self, pid: int | None, host: str | None = None) -> str:
+        where = self._host if host is None else host
+        return f"its process (pid {pid} on {where}) ended before the run was finished"
 
     # -- writing -----------------------------------------------------------------
 
@@ -714,9 +593,12 @@ class ResultsStore:
             _load_json(current_load()),
         )
 
-        def write(conn: sqlite3.Connection) -> str:
+        held: list[str] = []
+
+        def write(conn: Any) -> str:
             conn.execute(
-                "INSERT OR IGNORE INTO environments (hash, fingerprint, data) VALUES (?, ?, ?)",
+                "INSERT INTO environments (hash, fingerprint, data) VALUES (?, ?, ?) "
+                "ON CONFLICT DO NOTHING",
                 (env_hash, fingerprint, env_data),
             )
             env_id = conn.execute(
@@ -724,15 +606,20 @@ class ResultsStore:
             ).fetchone()[0]
             while True:
                 run_id = uuid.uuid4().hex[:_ID_LENGTH]
-                try:
-                    conn.execute(
-                        "INSERT INTO runs (id, kind, name, status, created, pid, hostname, "
-                        "proc_started, seed, recipe_hash, config, context, load_start, "
-                        "environment_id) "
-                        "VALUES (?, ?, ?, 'running', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                        (run_id, *row, env_id),
-                    )
-                except sqlite3.IntegrityError:
+                # Held before the row is visible: a reader never sees the run running
+                # without its writer's mark (PostgreSQL's advisory lock).
+                if not self._db.hold_run(run_id):
+                    continue  # another live process writes a run of this id
+                held.append(run_id)
+                added = conn.execute(
+                    "INSERT INTO runs (id, kind, name, status, created, pid, hostname, "
+                    "proc_started, seed, recipe_hash, config, context, load_start, "
+                    "environment_id) "
+                    "VALUES (?, ?, ?, 'running', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                    "ON CONFLICT DO NOTHING RETURNING id",
+                    (run_id, *row, env_id),
+                ).fetchone()
+                if added is None:
                     continue  # an id already taken: draw another
                 conn.executemany(
                     "INSERT INTO run_tags (run_id, tag) VALUES (?, ?)",
@@ -740,12 +627,29 @@ class ResultsStore:
                 )
                 return run_id
 
-        return self._write(write)
+        try:
+            run_id = self._write(write)
+        except BaseException:
+            for unused in held:
+                self._release(unused)
+            raise
+        for unused in held:
+            if unused != run_id:
+                self._release(unused)
+        return run_id
 
-    def _require_running(self, conn: sqlite3.Connection, run_id: str) -> None:
+    def _release(self, run_id: str) -> None:
+        """Drop this process's mark on ``run_id`` (best effort: the mark goes with the
+        process anyway)."""
+        try:
+            self._db.release_run(run_id)
+        except Exception as exc:
+            _log.debug("could not release run %s: %s", run_id, exc)
+
+    def _require_running(self, conn: Any, run_id: str) -> None:
         found = conn.execute("SELECT status FROM runs WHERE id = ?", (run_id,)).fetchone()
         if found is None:
-            raise UsageError(f"no run {run_id!r} in {self._path}")
+            raise UsageError(f"no run {run_id!r} in {self.location}")
         if found[0] != "running":
             raise UsageError(f"run {run_id} is already {found[0]}; a finished run is never changed")
 
@@ -812,12 +716,12 @@ class ResultsStore:
         summary_text = None if summary_data is None else _dumps(summary_data, canonical=False)
         details_text = _dumps(details, canonical=False)
 
-        def write(conn: sqlite3.Connection) -> int:
+        def write(conn: Any) -> int:
             self._require_running(conn, run_id)
-            cur = conn.execute(
+            (mid,) = conn.execute(
                 "INSERT INTO measurements (run_id, metric, labels, unit, n, summary, blocked, "
                 "block_size, warmup_runs, stopped_by, details, better) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
                 (
                     run_id,
                     metric,
@@ -825,23 +729,16 @@ class ResultsStore:
                     unit,
                     len(values),
                     summary_text,
-                    blocked,
+                    None if blocked is None else int(blocked),
                     block_size,
                     warmup,
                     stopped_by,
                     details_text,
                     direction,
                 ),
-            )
-            mid = cur.lastrowid
-            assert mid is not None
-            conn.executemany(
-                "INSERT INTO samples (measurement_id, idx, value, process) VALUES (?, ?, ?, ?)",
-                (
-                    (mid, i, _float_or_none(v), owner)
-                    for i, (v, owner) in enumerate(zip(values, owners, strict=True))
-                ),
-            )
+            ).fetchone()
+            mid = int(mid)
+            self._db.insert_samples(conn, mid, 0, [_float_or_none(v) for v in values], owners)
             return mid
 
         return self._write(write)
@@ -870,15 +767,14 @@ class ResultsStore:
             raise UsageError(f"metric {name!r} must be a number, got {value!r}") from exc
         labels_json = _dumps(dict(labels or {}))
 
-        def write(conn: sqlite3.Connection) -> int:
+        def write(conn: Any) -> int:
             self._require_running(conn, run_id)
-            cur = conn.execute(
+            (kid,) = conn.execute(
                 "INSERT INTO run_metrics (run_id, name, labels, value, unit, better) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
+                "VALUES (?, ?, ?, ?, ?, ?) RETURNING id",
                 (run_id, name, labels_json, _float_or_none(number), unit, direction),
-            )
-            assert cur.lastrowid is not None
-            return cur.lastrowid
+            ).fetchone()
+            return int(kid)
 
         return self._write(write)
 
@@ -899,7 +795,7 @@ class ResultsStore:
 
         load_end = _load_json(current_load())
 
-        def write(conn: sqlite3.Connection) -> None:
+        def write(conn: Any) -> None:
             self._require_running(conn, run_id)
             conn.execute(
                 "UPDATE runs SET status = ?, finished = ?, error = ?, load_end = ? WHERE id = ?",
@@ -907,6 +803,7 @@ class ResultsStore:
             )
 
         self._write(write)
+        self._release(run_id)
         self._notify_stored(run_id)
 
     def _notify_stored(self, run_id: str) -> None:
@@ -916,7 +813,7 @@ class ResultsStore:
 
             manager = get_plugin_manager()
         # a plugin that raises is left out and warned about by the manager
-        manager.hook.d5_result_stored(run_id=run_id, database=str(self._path))
+        manager.hook.d5_result_stored(run_id=run_id, database=self.location)
 
     @contextmanager
     def run(
@@ -998,15 +895,17 @@ class ResultsStore:
         row = self._conn.execute("SELECT status FROM runs WHERE id = ?", (run_id,)).fetchone()
         return None if row is None else str(row[0])
 
-    _RUN_COLUMNS = (
-        "r.id, r.kind, r.name, r.status, r.created, r.finished, r.pid, r.hostname, "
-        "r.proc_started, r.seed, r.recipe_hash, r.config, r.environment_id, e.fingerprint, "
-        "r.error, "
-        "(SELECT count(*) FROM measurements m WHERE m.run_id = r.id), "
-        "(SELECT count(*) FROM run_metrics k WHERE k.run_id = r.id), "
-        "r.load_start, r.load_end, "
-        "(SELECT json_group_array(t.tag) FROM run_tags t WHERE t.run_id = r.id)"
-    )
+    @property
+    def _RUN_COLUMNS(self) -> str:
+        return (
+            "r.id, r.kind, r.name, r.status, r.created, r.finished, r.pid, r.hostname, "
+            "r.proc_started, r.seed, r.recipe_hash, r.config, r.environment_id, "
+            "e.fingerprint, r.error, "
+            "(SELECT count(*) FROM measurements m WHERE m.run_id = r.id), "
+            "(SELECT count(*) FROM run_metrics k WHERE k.run_id = r.id), "
+            "r.load_start, r.load_end, " + self._db.tags_array
+        )
+
     _RUN_FROM = "FROM runs r LEFT JOIN environments e ON e.id = r.environment_id"
 
     def _run_record(self, row: Sequence[Any]) -> RunRecord:
@@ -1014,13 +913,8 @@ class ResultsStore:
         seed, recipe, config, env_id, fingerprint, error, n_meas, n_metrics = row[9:17]
         load_start, load_end = (LoadAverage.from_json(_loads(text)) for text in row[17:19])
         tags = tuple(sorted(_loads(row[19]) or ()))
-        if (
-            status == "running"
-            and host == self._host
-            and pid is not None
-            and not _process_alive(int(pid), started)
-        ):
-            status, error = "incomplete", error or self._dead_message(pid)
+        if status == "running" and self._writer_gone(rid, host, pid, started):
+            status, error = "incomplete", error or self._dead_message(pid, host)
         return RunRecord(
             id=rid,
             kind=kind,
@@ -1059,7 +953,7 @@ class ResultsStore:
             params.append(tag)
         if where:
             sql += " WHERE " + " AND ".join(where)
-        sql += " ORDER BY r.created DESC, r.rowid DESC"
+        sql += f" ORDER BY r.created DESC, {self._db.insertion_order} DESC"
         if limit is not None:
             sql += " LIMIT ?"
             params.append(int(limit))
@@ -1078,11 +972,13 @@ class ResultsStore:
         if row is not None:
             return self._run_record(row)
         rows = self._conn.execute(
-            base + " WHERE substr(r.id, 1, ?) = ? ORDER BY r.created LIMIT 6",
+            base + " WHERE substr(r.id, 1, CAST(? AS INTEGER)) = ? ORDER BY r.created LIMIT 6",
             (len(prefix), prefix),
         ).fetchall()
         if not rows:
-            raise UsageError(f"no run {prefix!r} in {self._path}; 'd5 results list' shows the runs")
+            raise UsageError(
+                f"no run {prefix!r} in {self.location}; 'd5 results list' shows the runs"
+            )
         if len(rows) > 1:
             shown = ", ".join(r[0] for r in rows[:5]) + (", ..." if len(rows) > 5 else "")
             raise UsageError(
@@ -1167,9 +1063,9 @@ class ResultsStore:
         run = self.get_run(run_id)
         new = check_tags(tags)
 
-        def write(conn: sqlite3.Connection) -> None:
+        def write(conn: Any) -> None:
             conn.executemany(
-                "INSERT OR IGNORE INTO run_tags (run_id, tag) VALUES (?, ?)",
+                "INSERT INTO run_tags (run_id, tag) VALUES (?, ?) ON CONFLICT DO NOTHING",
                 [(run.id, tag) for tag in new],
             )
 
@@ -1191,12 +1087,12 @@ class ResultsStore:
         ids = list(dict.fromkeys(str(r) for r in run_ids))
         if not ids:
             return []
-        self._conn.execute("BEGIN")  # one snapshot for every query below
+        self._conn.execute(self._db.begin_read)  # one snapshot for every query below
         try:
             self._conn.execute("CREATE TEMP TABLE IF NOT EXISTS _wanted (id TEXT PRIMARY KEY)")
             self._conn.execute("DELETE FROM _wanted")
             self._conn.executemany(
-                "INSERT OR IGNORE INTO _wanted (id) VALUES (?)", [(i,) for i in ids]
+                "INSERT INTO _wanted (id) VALUES (?) ON CONFLICT DO NOTHING", [(i,) for i in ids]
             )
             runs = {
                 rec.id: rec
@@ -1268,23 +1164,7 @@ class ResultsStore:
         For a command to check before a long run starts, so that a read-only database
         is found at once, not when the results are ready. Nothing is written.
         """
-        conn = self._conn
-
-        def probe() -> None:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                conn.execute("UPDATE runs SET status = status WHERE 0")
-            finally:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-
-        try:
-            self._retrying(probe)
-        except sqlite3.OperationalError as exc:
-            raise UsageError(
-                f"the results database {self._path} is not writable ({one_line(exc)}); "
-                f"pass --db with a writable file, or set {DB_ENV_VAR}"
-            ) from None
+        self._db.require_writable()
 
     def append_samples(
         self,
@@ -1308,7 +1188,7 @@ class ResultsStore:
             for mid, values in samples.items()
         }
 
-        def write(conn: sqlite3.Connection) -> None:
+        def write(conn: Any) -> None:
             self._require_running(conn, run_id)
             for mid, values in samples.items():
                 row = conn.execute(
@@ -1317,12 +1197,8 @@ class ResultsStore:
                 if row is None:
                     raise UsageError(f"run {run_id} has no measurement {mid}")
                 start = int(row[0])
-                conn.executemany(
-                    "INSERT INTO samples (measurement_id, idx, value, process) VALUES (?, ?, ?, ?)",
-                    (
-                        (int(mid), start + i, _float_or_none(v), owner)
-                        for i, (v, owner) in enumerate(zip(values, owners[int(mid)], strict=True))
-                    ),
+                self._db.insert_samples(
+                    conn, int(mid), start, [_float_or_none(v) for v in values], owners[int(mid)]
                 )
                 if mid in given:
                     summary = _summary_json(given[mid])
@@ -1347,7 +1223,7 @@ class ResultsStore:
         """Add keys known only at the end (why it stopped, ...) to a ``running`` run's
         config, in one transaction; existing keys of ``updates`` are replaced."""
 
-        def write(conn: sqlite3.Connection) -> None:
+        def write(conn: Any) -> None:
             self._require_running(conn, run_id)
             row = conn.execute("SELECT config FROM runs WHERE id = ?", (run_id,)).fetchone()
             config = {**(_loads(row[0]) or {}), **dict(updates)}
@@ -1358,16 +1234,276 @@ class ResultsStore:
 
         self._write(write)
 
+    # -- artifacts -------------------------------------------------------------------
 
-def _is_notadb(exc: sqlite3.Error) -> bool:
-    code = getattr(exc, "sqlite_errorcode", None)
-    if isinstance(code, int):
-        return (code & 0xFF) == 26  # SQLITE_NOTADB
-    return "not a database" in str(exc).lower()
+    def add_artifact(self, run_id: str, name: str, data: bytes) -> None:
+        """Keep a file with a run (a log, a trace), in the database, in one transaction.
+
+        :param run_id: the run's full id; the run may be running or finished (keeping a
+            file changes none of its results).
+        :param name: a file name, or a relative path with ``/``
+            (``numpy/mlperf_log_summary.txt``), unique within the run
+            (:func:`d5core.results.run_documents.check_artifact_name`).
+        :raises UsageError: for an unknown run, a bad name, or a name the run already
+            has (an artifact is never replaced).
+        """
+        check_artifact_name(name)
+        if not isinstance(data, bytes | bytearray | memoryview):
+            raise UsageError(f"artifact {name!r} needs bytes, got {type(data).__name__}")
+        content = bytes(data)
+        digest = hashlib.sha256(content).hexdigest()
+
+        def write(conn: Any) -> None:
+            if conn.execute("SELECT 1 FROM runs WHERE id = ?", (run_id,)).fetchone() is None:
+                raise UsageError(f"no run {run_id!r} in {self.location}")
+            added = conn.execute(
+                "INSERT INTO artifacts (run_id, name, sha256, data) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT DO NOTHING RETURNING name",
+                (run_id, name, digest, content),
+            ).fetchone()
+            if added is None:
+                raise UsageError(
+                    f"run {run_id} already keeps an artifact {name!r}; an artifact is never "
+                    "replaced: give the new one another name"
+                )
+
+        self._write(write)
+
+    def artifact_names(self, run_id: str) -> list[str]:
+        """The names of the files kept with a run, sorted."""
+        run = self.get_run(run_id)
+        rows = self._conn.execute(
+            "SELECT name FROM artifacts WHERE run_id = ? ORDER BY name", (run.id,)
+        )
+        return [str(name) for (name,) in rows]
+
+    def read_artifact(self, run_id: str, name: str) -> bytes:
+        """The bytes of the file ``name`` kept with a run.
+
+        :raises UsageError: naming the run's artifacts when it keeps no such file.
+        """
+        run = self.get_run(run_id)
+        row = self._conn.execute(
+            "SELECT data FROM artifacts WHERE run_id = ? AND name = ?", (run.id, name)
+        ).fetchone()
+        if row is None:
+            kept = self.artifact_names(run.id)
+            shown = ", ".join(kept) if kept else "none"
+            raise UsageError(f"run {run.id} keeps no artifact {name!r} (it keeps: {shown})")
+        return bytes(row[0])
+
+    # -- moving runs between stores ------------------------------------------------
+
+    def export_run(self, run_id: str) -> dict[str, Any]:
+        """One run as a self-contained transfer document (format ``d5-run/1``, see
+        :mod:`d5core.results.run_documents`), read in one snapshot.
+
+        :raises UsageError: for an unknown run.
+        """
+        with self._snapshot():
+            run = self.get_run(run_id)
+            raw = self._conn.execute(
+                "SELECT proc_started, load_start, load_end FROM runs WHERE id = ?", (run.id,)
+            ).fetchone()
+            row = self._conn.execute(
+                "SELECT e.data, r.context FROM runs r LEFT JOIN environments e "
+                "ON e.id = r.environment_id WHERE r.id = ?",
+                (run.id,),
+            ).fetchone()
+            environment = _joined_environment(row[0], row[1])
+            measurements = [
+                _measurement_record(m)
+                for m in self._conn.execute(
+                    f"SELECT {_MEASUREMENT_COLUMNS} FROM measurements WHERE run_id = ? ORDER BY id",
+                    (run.id,),
+                ).fetchall()
+            ]
+            samples: dict[int, list[tuple[float | None, int | None]]] = {}
+            for mid, value, process in self._conn.execute(
+                "SELECT s.measurement_id, s.value, s.process FROM samples s "
+                "JOIN measurements m ON m.id = s.measurement_id WHERE m.run_id = ? "
+                "ORDER BY s.measurement_id, s.idx",
+                (run.id,),
+            ):
+                samples.setdefault(int(mid), []).append(
+                    (
+                        None if value is None or math.isnan(value) else float(value),
+                        None if process is None else int(process),
+                    )
+                )
+            metrics = [
+                _metric_record(k)
+                for k in self._conn.execute(
+                    f"SELECT {_METRIC_COLUMNS} FROM run_metrics WHERE run_id = ? ORDER BY id",
+                    (run.id,),
+                ).fetchall()
+            ]
+            artifacts = [
+                {
+                    "name": str(name),
+                    "sha256": str(digest),
+                    "data_base64": base64.b64encode(bytes(data)).decode("ascii"),
+                }
+                for name, digest, data in self._conn.execute(
+                    "SELECT name, sha256, data FROM artifacts WHERE run_id = ? ORDER BY name",
+                    (run.id,),
+                )
+            ]
+        run_json = {
+            "run_id": run.id,
+            "kind": run.kind,
+            "name": run.name,
+            "status": run.status,
+            "created": run.created,
+            "finished": run.finished,
+            "pid": run.pid,
+            "hostname": run.hostname,
+            "proc_started": None if raw[0] is None else float(raw[0]),
+            "seed": run.seed,
+            "recipe_hash": run.recipe_hash,
+            "config": run.config,
+            "error": run.error,
+            "load_start": _loads(raw[1]),
+            "load_end": _loads(raw[2]),
+            "tags": sorted(run.tags),
+            "fingerprint": run.fingerprint,
+        }
+        return {
+            "format": RUN_FORMAT,
+            "run": run_json,
+            "environment": environment,
+            "measurements": [
+                {
+                    "metric": m.metric,
+                    "labels": m.labels,
+                    "unit": m.unit,
+                    "n": m.n,
+                    "summary": m.summary,
+                    "blocked": m.blocked,
+                    "block_size": m.block_size,
+                    "warmup_runs": m.warmup_runs,
+                    "stopped_by": m.stopped_by,
+                    "details": m.details,
+                    "better": m.better,
+                    "samples": [v for v, _ in samples.get(m.id, [])],
+                    "processes": [p for _, p in samples.get(m.id, [])],
+                }
+                for m in measurements
+            ],
+            "metrics": [
+                {
+                    "name": k.name,
+                    "labels": k.labels,
+                    "value": _float_or_none(k.value),
+                    "unit": k.unit,
+                    "better": k.better,
+                }
+                for k in metrics
+            ],
+            "artifacts": artifacts,
+        }
+
+    def import_run(self, doc: CheckedRun) -> bool:
+        """Write a run exactly as another store held it (same id, status, times,
+        environment, measurements, metrics, tags and artifacts), in one transaction. Its
+        environment is stored once per distinct content, as :meth:`begin_run` does.
+
+        :param doc: a document of :meth:`export_run`, checked field by field
+            (:func:`d5core.teamstore.documents.check_run_document`, which
+            :func:`~d5core.teamstore.documents.import_document` calls before this).
+        :return: ``True`` when the run was written; ``False`` (and nothing written) when
+            the store already holds a run with its id.
+        """
+        run = doc.run
+        shared, own = _split_environment(doc.environment)
+        env_data = _dumps(shared)
+        env_hash = hashlib.sha256(env_data.encode()).hexdigest()
+        keep_environment = bool(shared) or run["fingerprint"] is not None
+
+        def write(conn: Any) -> bool:
+            if conn.execute("SELECT 1 FROM runs WHERE id = ?", (run["run_id"],)).fetchone():
+                return False
+            env_id = None
+            if keep_environment:
+                conn.execute(
+                    "INSERT INTO environments (hash, fingerprint, data) VALUES (?, ?, ?) "
+                    "ON CONFLICT DO NOTHING",
+                    (env_hash, environment_fingerprint(shared), env_data),
+                )
+                env_id = conn.execute(
+                    "SELECT id FROM environments WHERE hash = ?", (env_hash,)
+                ).fetchone()[0]
+            conn.execute(
+                "INSERT INTO runs (id, kind, name, status, created, finished, pid, hostname, "
+                "proc_started, seed, recipe_hash, config, environment_id, context, error, "
+                "load_start, load_end) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    run["run_id"],
+                    run["kind"],
+                    run["name"],
+                    run["status"],
+                    run["created"],
+                    run["finished"],
+                    run["pid"],
+                    run["hostname"],
+                    run["proc_started"],
+                    None if run["seed"] is None else str(run["seed"]),
+                    run["recipe_hash"],
+                    _dumps(run["config"], canonical=False),
+                    env_id,
+                    _dumps(own),
+                    run["error"],
+                    None
+                    if run["load_start"] is None
+                    else _dumps(run["load_start"], canonical=False),
+                    None if run["load_end"] is None else _dumps(run["load_end"], canonical=False),
+                ),
+            )
+            for m in doc.measurements:
+                mid = conn.execute(
+                    "INSERT INTO measurements (run_id, metric, labels, unit, n, summary, "
+                    "blocked, block_size, warmup_runs, stopped_by, details, better) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+                    (
+                        run["run_id"],
+                        m.metric,
+                        _dumps(m.labels),
+                        m.unit,
+                        m.n,
+                        None if m.summary is None else _dumps(m.summary, canonical=False),
+                        None if m.blocked is None else int(m.blocked),
+                        m.block_size,
+                        m.warmup_runs,
+                        m.stopped_by,
+                        _dumps(m.details, canonical=False),
+                        m.better,
+                    ),
+                ).fetchone()[0]
+                self._db.insert_samples(conn, int(mid), 0, m.samples, m.processes)
+            conn.executemany(
+                "INSERT INTO run_metrics (run_id, name, labels, value, unit, better) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                [
+                    (run["run_id"], k.name, _dumps(k.labels), k.value, k.unit, k.better)
+                    for k in doc.metrics
+                ],
+            )
+            conn.executemany(
+                "INSERT INTO run_tags (run_id, tag) VALUES (?, ?)",
+                [(run["run_id"], tag) for tag in doc.tags],
+            )
+            conn.executemany(
+                "INSERT INTO artifacts (run_id, name, sha256, data) VALUES (?, ?, ?, ?)",
+                [(run["run_id"], a.name, a.sha256, a.data) for a in doc.artifacts],
+            )
+            return True
+
+        return bool(self._write(write))
 
 
 def read_store(path: str | os.PathLike[str] | None = None) -> ResultsStore:
-    """The existing store at ``path`` (the default store when ``None``) opened for the
-    commands that only read it (``d5 results``, ``d5 report``): a missing file is an
-    error, never created."""
+    """The existing store at ``path`` (a file or a PostgreSQL URL; the default store
+    when ``None``) opened for the commands that only read it (``d5 results``,
+    ``d5 report``): a missing file is an error, never created."""
     return ResultsStore.open(path, create=False)

@@ -163,7 +163,7 @@ def test_compare_marks_the_figures_of_the_busy_side(tmp_path, load, d5_cli):
 
 
 def test_an_inference_comparison_marks_a_busy_run(tmp_path, load):
-    from d5core.results.comparison import compare_runs
+    from d5core.report.comparison import compare_runs
 
     rng = np.random.default_rng(0)
     latencies = [float(v) for v in rng.uniform(1e-3, 1.2e-3, 50)]

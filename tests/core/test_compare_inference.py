@@ -12,7 +12,7 @@ import numpy as np
 from d5core.loadgen.loadgen import ScenarioResult
 from d5core.loadgen.settings import ScenarioSettings
 from d5core.loadgen.store import store_scenario
-from d5core.results.comparison import compare_runs
+from d5core.report.comparison import compare_runs
 from d5core.results.store import ResultsStore
 
 

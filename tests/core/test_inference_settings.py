@@ -44,7 +44,8 @@ from d5core.loadgen.store import (
     CONFIG_KEY,
     RUN_KIND,
     artifacts_dir,
-    copy_logs,
+    keep_logs,
+    kept_log_names,
     record_failure,
     run_name,
     store_scenario,
@@ -659,7 +660,9 @@ def _result(logs: Path) -> ScenarioResult:
     )  # fmt: skip
 
 
-def test_store_scenario_writes_the_figures_and_keeps_the_logs(tmp_path: Path) -> None:
+def test_store_scenario_writes_the_figures_and_keeps_the_logs_in_the_database(
+    tmp_path: Path,
+) -> None:
     logs = _log_dir(tmp_path, MULTI_SUMMARY)
     db = tmp_path / "results.sqlite"
     with ResultsStore.open(db) as store:
@@ -670,6 +673,8 @@ def test_store_scenario_writes_the_figures_and_keeps_the_logs(tmp_path: Path) ->
         run = store.get_run(run_id)
         measurements = store.measurements(run_id)
         metrics = {(m.name, m.labels["executor"]): m for m in store.metrics(run_id)}
+        kept = store.artifact_names(run_id)
+        summary = store.read_artifact(run_id, "numpy/mlperf_log_summary.txt")
     assert (run.kind, run.name, run.status) == ("inference", "inference lenet5 single-stream",
                                                 "complete")  # fmt: skip
     [latency] = measurements
@@ -688,15 +693,17 @@ def test_store_scenario_writes_the_figures_and_keeps_the_logs(tmp_path: Path) ->
         "executor": "numpy",
         "scenario": "single-stream",
     }
-    kept = artifacts_dir(db, run_id) / "numpy"
-    assert kept == tmp_path / "results.artifacts" / run_id / "numpy"
-    assert sorted(p.name for p in kept.iterdir()) == [
-        "mlperf_log_detail.txt", "mlperf_log_summary.txt", "mlperf_log_trace.json",
+    assert kept == [
+        "numpy/mlperf_log_detail.txt", "numpy/mlperf_log_summary.txt",
+        "numpy/mlperf_log_trace.json",
     ]  # fmt: skip
-    assert facts["log_files"] == sorted(p.name for p in kept.iterdir())
+    assert summary.decode() == MULTI_SUMMARY
+    assert not (tmp_path / "results.artifacts").exists()  # nothing beside the database
+    assert [facts["artifacts"] + name for name in facts["log_files"]] == kept
     config = run.config[CONFIG_KEY]
     assert config["model"] == "lenet5" and config["scenario"] == "single-stream"
-    assert config["executors"]["numpy"]["log_dir"] == str(kept) == facts["log_dir"]
+    assert config["executors"]["numpy"]["artifacts"] == "numpy/"
+    assert config["executors"]["numpy"]["log_dir"] == str(logs) == facts["log_dir"]
     assert config["executors"]["numpy"]["threads"]["count"] == 2
     assert config["executors"]["numpy"]["settings"]["performance_sample_count"] == 128
     assert config["executors"]["torch"] == {"error": "the torch worker was killed by SIGKILL"}
@@ -704,10 +711,28 @@ def test_store_scenario_writes_the_figures_and_keeps_the_logs(tmp_path: Path) ->
 
 def test_large_logs_are_kept_compressed(tmp_path: Path) -> None:
     logs = _log_dir(tmp_path, MULTI_SUMMARY, trace=TRACE * (COMPRESS_ABOVE // len(TRACE) + 1))
-    kept = copy_logs(logs, tmp_path / "kept")
-    assert kept == ["mlperf_log_detail.txt", "mlperf_log_summary.txt", "mlperf_log_trace.json.gz"]
-    data = gzip.decompress((tmp_path / "kept" / "mlperf_log_trace.json.gz").read_bytes())
-    assert data == (logs / "mlperf_log_trace.json").read_bytes()
-    assert (tmp_path / "kept" / "mlperf_log_summary.txt").read_text() == MULTI_SUMMARY
-    with pytest.raises(UsageError, match="does not exist; nothing to keep"):
-        copy_logs(tmp_path / "missing", tmp_path / "kept")
+    with ResultsStore.open(tmp_path / "results.sqlite") as store:
+        run_id = store.begin_run(RUN_KIND, "logs")
+        kept = keep_logs(store, run_id, logs, "numpy/")
+        assert kept == [
+            "mlperf_log_detail.txt", "mlperf_log_summary.txt", "mlperf_log_trace.json.gz",
+        ]  # fmt: skip
+        data = gzip.decompress(store.read_artifact(run_id, "numpy/mlperf_log_trace.json.gz"))
+        assert data == (logs / "mlperf_log_trace.json").read_bytes()
+        summary = store.read_artifact(run_id, "numpy/mlperf_log_summary.txt")
+        assert summary.decode() == MULTI_SUMMARY
+        with pytest.raises(UsageError, match="does not exist; nothing to keep"):
+            keep_logs(store, run_id, tmp_path / "missing", "torch/")
+
+
+def test_logs_kept_beside_the_database_by_older_runs_are_still_listed(tmp_path: Path) -> None:
+    db = tmp_path / "results.sqlite"
+    with ResultsStore.open(db) as store:
+        run_id = store.begin_run(RUN_KIND, "old")
+        old = artifacts_dir(db, run_id) / "numpy"
+        old.mkdir(parents=True)
+        (old / "mlperf_log_summary.txt").write_text(MULTI_SUMMARY)
+        store.add_artifact(run_id, "torch/mlperf_log_summary.txt", b"new")
+        assert kept_log_names(store, run_id) == [
+            "numpy/mlperf_log_summary.txt", "torch/mlperf_log_summary.txt",
+        ]  # fmt: skip

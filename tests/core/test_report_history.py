@@ -14,9 +14,9 @@ from d5core.errors import UsageError
 from d5core.levels.report import ReportFigure
 from d5core.measure.noise import machine_fingerprint, machine_identity_of
 from d5core.plugins import PluginManager
+from d5core.report.comparison import compare_runs
 from d5core.report.history import SKIPPED_METRICS, figures, history_series
 from d5core.results import ResultsStore
-from d5core.results.comparison import compare_runs
 from d5core.testing.report_runs import report_runs, store_nested
 
 ENV: dict[str, Any] = {

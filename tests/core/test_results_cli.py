@@ -15,6 +15,7 @@ from d5core.cli.output import read_json
 from d5core.measure.engine import MeasureOptions, measure
 from d5core.plugins import PluginManager
 from d5core.results import ResultsStore
+from d5core.teamstore.documents import import_document
 
 ENV = {
     "packages": {"d5core": "0.1.0"},
@@ -301,3 +302,231 @@ def test_run_left_by_a_dead_process_lists_as_incomplete(d5_cli, tmp_path):
     assert result.exit_code == 0, result.stderr
     (row,) = read_json(result.stdout, "results list")
     assert row["name"] == "crashed" and row["status"] == "incomplete"
+
+
+# -- merge, export --format jsonl, import (issue 34) ---------------------------------------
+
+
+def _small_store(path: Path, *names: str) -> list[str]:
+    """A store of quick runs (plain samples, no timing), one per name."""
+    ids = []
+    with _open(path) as store:
+        for name in names:
+            with store.run("op", name, environment=ENV, tags=["job"]) as rid:
+                store.add_measurement(rid, "forward", [1e-3, float("nan"), 2e-3],
+                                      processes=[0, 1, 1])  # fmt: skip
+                store.add_metric(rid, "accuracy", 0.5)
+            ids.append(rid)
+    return ids
+
+
+def _transfer_documents(path: Path | str) -> dict[str, str]:
+    from d5core.teamstore.transfer import canonical_text
+
+    with _open(path) as store:
+        return {r.id: canonical_text(store.export_run(r.id)) for r in store.list_runs()}
+
+
+def test_merge_prints_counts_per_source_and_exits_zero(d5_cli, tmp_path):
+    from json_schema_doc import check
+
+    a, b = tmp_path / "a.sqlite", tmp_path / "b.sqlite"
+    _small_store(a, "a1", "a2")
+    _small_store(b, "b1")
+    dest = tmp_path / "merged.sqlite"
+    result = d5_cli("results", "merge", str(a), str(b), "--into", str(dest), "--json")
+    assert result.exit_code == 0, result.stderr
+    data = read_json(result.stdout, "results merge")
+    check("results merge", data)
+    assert data["destination"] == str(dest)
+    assert [(s["source"], s["copied"]) for s in data["sources"]] == [(str(a), 2), (str(b), 1)]
+    assert data["total"] == {"copied": 3, "already_there": 0, "conflicts": 0,
+                             "skipped_running": 0}  # fmt: skip
+    table = d5_cli("results", "merge", str(a), str(b), "--into", str(dest))
+    assert table.exit_code == 0, table.stderr
+    assert f"runs merged into {dest}" in table.stdout
+    (total,) = [line for line in table.stdout.splitlines() if "total" in line]
+    assert [cell.strip() for cell in total.split("│")[1:-1]] == ["total", "0", "3", "0", "0"]
+
+
+def test_merge_with_a_conflict_exits_one_naming_the_run(d5_cli, tmp_path):
+    a = tmp_path / "a.sqlite"
+    (rid,) = _small_store(a, "a1")
+    dest = tmp_path / "merged.sqlite"
+    assert d5_cli("results", "merge", str(a), "--into", str(dest)).exit_code == 0
+    with _open(a) as store:
+        changed = store.export_run(rid)
+    changed["metrics"][0]["value"] = 0.75
+    b = tmp_path / "b.sqlite"
+    with _open(b) as store:
+        import_document(store, changed)
+    (fresh,) = _small_store(b, "b1")
+    result = d5_cli("results", "merge", str(b), "--into", str(dest))
+    assert result.exit_code == 1
+    assert f"conflict: run {rid} of {b} differs from the one in {dest} (metrics[0].value)" in (
+        result.stdout
+    )
+    (error,) = result.stderr.strip().splitlines()
+    assert error.startswith(f"d5: error: 1 run(s) conflict with runs of the same id in {dest}")
+    assert rid in error
+    assert fresh in _transfer_documents(dest)
+
+
+@pytest.mark.parametrize("case", ["missing source", "not a store", "dest is a source"])
+def test_merge_bad_input_exits_two_with_one_line_and_writes_nothing(d5_cli, tmp_path, case):
+    a = tmp_path / "a.sqlite"
+    _small_store(a, "a1")
+    dest = tmp_path / "merged.sqlite"
+    if case == "missing source":
+        args = [str(a), str(tmp_path / "none.sqlite")]
+    elif case == "not a store":
+        (tmp_path / "notes.txt").write_text("hello\n")
+        args = [str(a), str(tmp_path / "notes.txt")]
+    else:
+        args, dest = [str(a)], a
+    before = _transfer_documents(a)
+    result = d5_cli("results", "merge", *args, "--into", str(dest))
+    assert result.exit_code == 2
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert result.stderr.startswith("d5: error: ")
+    assert _transfer_documents(a) == before
+    assert dest == a or not dest.exists()
+
+
+def test_export_jsonl_then_import_round_trips(d5_cli, tmp_path):
+    from json_schema_doc import check
+
+    a = tmp_path / "a.sqlite"
+    ids = _small_store(a, "a1", "a2")
+    out = tmp_path / "runs.jsonl"
+    exported = d5_cli("results", "export", "--all", "--format", "jsonl", "-o", str(out),
+                      "--db", str(a))  # fmt: skip
+    assert exported.exit_code == 0, exported.stderr
+    assert exported.stderr.strip() == f"wrote 2 run(s), 6 samples, 0 artifact(s), to {out}"
+    assert [json.loads(line)["run"]["run_id"] for line in out.read_text().splitlines()] == ids
+    dest = tmp_path / "site-b" / "results.sqlite"
+    imported = d5_cli("results", "import", str(out), "--db", str(dest), "--json")
+    assert imported.exit_code == 0, imported.stderr
+    data = read_json(imported.stdout, "results import")
+    check("results import", data)
+    assert data["sources"][0]["source"] == str(out) and data["total"]["copied"] == 2
+    assert _transfer_documents(dest) == _transfer_documents(a)
+    again = d5_cli("results", "import", str(out), "--db", str(dest))
+    assert again.exit_code == 0, again.stderr
+    assert f"runs imported into {dest}" in again.stdout
+
+
+def test_export_jsonl_to_standard_output_writes_one_line_per_run(d5_cli, tmp_path):
+    a = tmp_path / "a.sqlite"
+    ids = _small_store(a, "a1", "a2")
+    result = d5_cli("results", "export", ids[1][:6], "--format", "jsonl", "--db", str(a))
+    assert result.exit_code == 0, result.stderr
+    (line,) = result.stdout.splitlines()
+    document = json.loads(line)
+    assert document["format"] == "d5-run/1" and document["run"]["run_id"] == ids[1]
+    assert document["measurements"][0]["samples"] == [1e-3, None, 2e-3]
+
+
+def test_export_leaves_a_running_run_out_of_jsonl_with_a_warning(d5_cli, tmp_path):
+    a = tmp_path / "a.sqlite"
+    (done,) = _small_store(a, "a1")
+    with _open(a) as store:
+        live = store.begin_run("op", "live", environment=ENV)
+    result = d5_cli("results", "export", "--all", "--format", "jsonl", "--db", str(a))
+    assert result.exit_code == 0, result.stderr
+    assert [json.loads(x)["run"]["run_id"] for x in result.stdout.splitlines()] == [done]
+    assert f"d5: warning: run {live} is still running: left out" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["--all", "--json", "--format", "jsonl"], [], ["RUN", "--all"]],
+    ids=["json-and-jsonl", "no-runs", "runs-and-all"],
+)
+def test_export_contradictions_exit_two(d5_cli, tmp_path, args):
+    a = tmp_path / "a.sqlite"
+    (rid,) = _small_store(a, "a1")
+    args = [rid if x == "RUN" else x for x in args]
+    result = d5_cli("results", "export", *args, "--db", str(a))
+    assert result.exit_code == 2
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+def test_import_of_a_malformed_line_exits_two_and_changes_nothing(d5_cli, tmp_path):
+    a = tmp_path / "a.sqlite"
+    _small_store(a, "a1", "a2")
+    out = tmp_path / "runs.jsonl"
+    d5_cli("results", "export", "--all", "--format", "jsonl", "-o", str(out), "--db", str(a))
+    good = out.read_text().splitlines()
+    out.write_text("\n".join([good[0], '{"format": "d5-run/1", "run": {}}', good[1]]) + "\n")
+    dest = tmp_path / "dest.sqlite"
+    _small_store(dest, "d1")
+    before = _transfer_documents(dest)
+    result = d5_cli("results", "import", str(out), "--db", str(dest))
+    assert result.exit_code == 2
+    assert result.stderr.strip().splitlines() == [
+        f"d5: error: {out} line 2: malformed run document: run.run_id is missing"
+    ]
+    assert _transfer_documents(dest) == before
+
+
+def test_import_of_a_missing_file_exits_two(d5_cli, tmp_path):
+    dest = tmp_path / "dest.sqlite"
+    result = d5_cli("results", "import", str(tmp_path / "none.jsonl"), "--db", str(dest))
+    assert result.exit_code == 2
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert not dest.exists()
+
+
+def test_merge_of_three_rank_job_stores_into_postgresql(d5_cli, tmp_path, postgres_url):
+    from json_schema_doc import check
+
+    jobs = [tmp_path / f"job-{j}.sqlite" for j in (1, 2, 3)]
+    ids = [rid for j, job in enumerate(jobs) for rid in _small_store(job, f"j{j}-r0", f"j{j}-r1")]
+    args = ("results", "merge", *map(str, jobs), "--into", postgres_url, "--json")
+    result = d5_cli(*args)
+    assert result.exit_code == 0, result.stderr
+    data = read_json(result.stdout, "results merge")
+    check("results merge", data)
+    assert [s["copied"] for s in data["sources"]] == [2, 2, 2]
+    assert data["destination"] == postgres_url
+    again = d5_cli(*args)
+    assert read_json(again.stdout, "results merge")["total"] == {
+        "copied": 0, "already_there": 6, "conflicts": 0, "skipped_running": 0
+    }  # fmt: skip
+    with _open(postgres_url) as store:
+        assert sorted(r.id for r in store.list_runs()) == sorted(ids)
+
+
+def test_import_into_the_postgresql_store_named_by_d5_db(
+    d5_cli, tmp_path, postgres_url, monkeypatch
+):
+    a = tmp_path / "a.sqlite"
+    ids = _small_store(a, "a1", "a2")
+    out = tmp_path / "runs.jsonl"
+    assert d5_cli("results", "export", *ids, "--format", "jsonl", "-o", str(out),
+                  "--db", str(a)).exit_code == 0  # fmt: skip
+    monkeypatch.setenv("D5_DB", postgres_url)
+    result = d5_cli("results", "import", str(out), "--json")
+    assert result.exit_code == 0, result.stderr
+    data = read_json(result.stdout, "results import")
+    assert data["destination"] == postgres_url and data["total"]["copied"] == 2
+    assert _transfer_documents(postgres_url) == _transfer_documents(a)
+
+
+def test_import_of_a_run_that_differs_from_the_stored_one_exits_one(d5_cli, tmp_path):
+    a = tmp_path / "a.sqlite"
+    (rid,) = _small_store(a, "a1")
+    out = tmp_path / "runs.jsonl"
+    d5_cli("results", "export", rid, "--format", "jsonl", "-o", str(out), "--db", str(a))
+    dest = tmp_path / "dest.sqlite"
+    assert d5_cli("results", "import", str(out), "--db", str(dest)).exit_code == 0
+    document = json.loads(out.read_text())
+    document["run"]["tags"] = ["job", "renamed"]
+    out.write_text(json.dumps(document) + "\n")
+    result = d5_cli("results", "import", str(out), "--db", str(dest), "--json")
+    assert result.exit_code == 1
+    (source,) = read_json(result.stdout, "results import")["sources"]
+    assert source["conflict_runs"] == [{"run_id": rid, "differences": ["run.tags"]}]
+    (error,) = result.stderr.strip().splitlines()
+    assert error.startswith("d5: error: 1 run(s) conflict") and rid in error

@@ -1,22 +1,22 @@
-"""Killing a writer with SIGKILL mid-run never corrupts the store nor loses finished runs."""
+"""Killing a writer with SIGKILL mid-run never corrupts the store nor loses finished runs,
+on both backends (an SQLite file and a PostgreSQL database, tests/conftest.py)."""
 
 from __future__ import annotations
 
 import os
 import queue
 import signal
-import sqlite3
 import subprocess
 import sys
 import textwrap
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
 from d5core.plugins import PluginManager
 from d5core.results import ResultsStore
+from d5core.testing.postgres import query_database
 
 pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL")
 
@@ -64,8 +64,10 @@ def _lines(proc: subprocess.Popen[str]) -> queue.Queue[str]:
 
 
 @pytest.mark.parametrize("delay_s", [0.0, 0.013, 0.15])
-def test_sigkill_mid_run_keeps_the_file_sound_and_finished_runs_whole(tmp_path, delay_s):
-    script, db = tmp_path / "writer.py", tmp_path / "results.sqlite"
+def test_sigkill_mid_run_keeps_the_store_sound_and_finished_runs_whole(
+    tmp_path, store_target, delay_s
+):
+    script, db = tmp_path / "writer.py", store_target
     script.write_text(WRITER)
     proc = subprocess.Popen(
         [sys.executable, str(script), str(db)],
@@ -87,11 +89,10 @@ def test_sigkill_mid_run_keeps_the_file_sound_and_finished_runs_whole(tmp_path, 
         proc.wait(timeout=30)
     assert proc.returncode == -signal.SIGKILL
 
-    raw = sqlite3.connect(db, isolation_level=None)
-    assert raw.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
-    assert raw.execute("SELECT status FROM runs WHERE id = ?", (killed_id,)).fetchone() == (
-        "running",
-    )
+    if "://" not in db:
+        assert query_database(db, "PRAGMA integrity_check") == [("ok",)]
+    status = "SELECT status FROM runs WHERE id = ?"
+    assert query_database(db, status, (killed_id,)) == [("running",)]
 
     with ResultsStore.open(db, manager=PluginManager({}, discover_installed=False)) as s:
         runs = {r.name: r for r in s.list_runs()}
@@ -120,17 +121,15 @@ def test_sigkill_mid_run_keeps_the_file_sound_and_finished_runs_whole(tmp_path, 
             assert s.samples(m.id) == [j + k / 1e4 for k in range(LOOP_SAMPLES)]
         assert [m.labels["j"] for m in measurements] == list(range(len(measurements)))
 
-    assert raw.execute("SELECT status FROM runs WHERE id = ?", (killed_id,)).fetchone() == (
-        "incomplete",
+    assert query_database(db, status, (killed_id,)) == [("incomplete",)]
+    orphans = query_database(
+        db, "SELECT count(*) FROM samples WHERE measurement_id NOT IN (SELECT id FROM measurements)"
     )
-    orphans = raw.execute(
-        "SELECT count(*) FROM samples WHERE measurement_id NOT IN (SELECT id FROM measurements)"
-    ).fetchone()[0]
-    assert orphans == 0
+    assert orphans == [(0,)]
 
 
-def test_a_store_left_by_a_killed_writer_accepts_new_runs(tmp_path):
-    db: Path = tmp_path / "results.sqlite"
+def test_a_store_left_by_a_killed_writer_accepts_new_runs(store_target):
+    db = store_target
     proc = subprocess.Popen(
         [sys.executable, "-c", WRITER, str(db)], stdout=subprocess.PIPE, text=True
     )

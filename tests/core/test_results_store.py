@@ -1,4 +1,9 @@
-"""The results store: schema and migrations, round trips, durability rules, concurrency."""
+"""The results store: schema and migrations, round trips, durability rules, concurrency.
+
+The tests that take ``store`` (or ``store_target``) run on both backends: an SQLite
+file and a PostgreSQL database (tests/conftest.py). The ones about the SQLite file
+itself (its schema pragmas, WAL, a foreign file) take ``db`` and ``sqlite_store``.
+"""
 
 from __future__ import annotations
 
@@ -27,6 +32,8 @@ from d5core.results import (
 )
 from d5core.results import schema as schema_mod
 from d5core.results import store as store_mod
+from d5core.teamstore.documents import import_document
+from d5core.testing.postgres import query_database
 
 ENV = {
     "d5": {"version": "0.1.0"},
@@ -50,9 +57,31 @@ def db(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def store(db: Path, manager: PluginManager):
+def sqlite_store(db: Path, manager: PluginManager):
     with ResultsStore.open(db, manager=manager) as s:
         yield s
+
+
+@pytest.fixture
+def store(store_target: str, manager: PluginManager):
+    with ResultsStore.open(store_target, manager=manager) as s:
+        yield s
+
+
+@pytest.fixture
+def other_store(request, store_target: str, tmp_path: Path, manager: PluginManager):
+    """A second, empty store of the same backend as ``store``."""
+    if "://" in store_target:
+        other = request.getfixturevalue("postgres_cluster").create_database()
+    else:
+        other = tmp_path / "other.sqlite"
+    with ResultsStore.open(other, manager=manager) as s:
+        yield s
+
+
+def _sql(target, sql: str, params: tuple = ()) -> list[tuple]:
+    """Rows of ``sql`` run on the database behind the store's back (either backend)."""
+    return query_database(target, sql, params)
 
 
 def _raw(db: Path) -> sqlite3.Connection:
@@ -89,6 +118,16 @@ def test_default_path_falls_back_to_local_share_when_xdg_is_unset_or_relative():
     assert default_db_path({"XDG_DATA_HOME": "relative/dir"}) == expected
 
 
+def test_child_processes_get_an_absolute_file_or_the_url_unchanged(tmp_path, monkeypatch):
+    from d5core.results.paths import absolute_db
+
+    monkeypatch.chdir(tmp_path)
+    assert absolute_db("rel.sqlite") == tmp_path / "rel.sqlite"
+    url = "postgresql://team@db.example:5432/d5"
+    assert absolute_db(url) == url
+    assert absolute_db(None, environ={"D5_DB": url}) == url
+
+
 def test_opening_creates_missing_parent_directories(tmp_path, manager):
     path = tmp_path / "a" / "b" / "results.sqlite"
     with ResultsStore.open(path, manager=manager):
@@ -106,7 +145,7 @@ def test_reading_a_missing_database_is_a_usage_error_and_creates_nothing(tmp_pat
 # -- schema and migrations ---------------------------------------------------------
 
 
-def test_new_database_has_current_schema_wal_and_d5_marker(db, store):
+def test_new_database_has_current_schema_wal_and_d5_marker(db, sqlite_store):
     conn = _raw(db)
     assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     assert conn.execute("PRAGMA application_id").fetchone()[0] == schema_mod.APPLICATION_ID
@@ -156,8 +195,8 @@ def test_a_failing_migration_leaves_the_database_at_its_old_version(db, manager,
     assert conn.execute("SELECT id FROM runs").fetchall() == [(run_id,)]
 
 
-def test_database_from_a_newer_d5_is_refused_naming_both_versions(db, store):
-    store.close()
+def test_database_from_a_newer_d5_is_refused_naming_both_versions(db, sqlite_store):
+    sqlite_store.close()
     _raw(db).execute("PRAGMA user_version = 99")
     with pytest.raises(UsageError) as err:
         ResultsStore.open(db)
@@ -270,11 +309,11 @@ def test_a_measurement_without_samples_is_refused(store):
         store.add_measurement(run_id, "time", [])
 
 
-def test_identical_environments_are_stored_once(db, store):
+def test_identical_environments_are_stored_once(store_target, store):
     a = store.begin_run("op", "a", environment=ENV)
     b = store.begin_run("op", "b", environment=dict(ENV, argv=["other"], timestamp="later"))
     c = store.begin_run("op", "c", environment=dict(ENV, cpu={"model": "Other CPU"}))
-    assert _raw(db).execute("SELECT count(*) FROM environments").fetchone()[0] == 2
+    assert _sql(store_target, "SELECT count(*) FROM environments") == [(2,)]
     ra, rb, rc = store.get_run(a), store.get_run(b), store.get_run(c)
     assert ra.environment_id == rb.environment_id != rc.environment_id
     assert ra.fingerprint == rb.fingerprint != rc.fingerprint
@@ -379,31 +418,27 @@ def test_record_measurement_run_stores_a_complete_run(store):
     assert [m.metric for m in store.measurements(run_id)] == ["a", "b"]
 
 
-def test_result_stored_hook_runs_after_the_run_is_committed(db, manager):
+def test_result_stored_hook_runs_after_the_run_is_committed(store_target, manager):
     seen: list[tuple[str, str, str]] = []
 
     def d5_result_stored(run_id: str, database: str) -> None:
-        status = (
-            _raw(Path(database))
-            .execute("SELECT status FROM runs WHERE id = ?", (run_id,))
-            .fetchone()[0]
-        )
+        ((status,),) = _sql(database, "SELECT status FROM runs WHERE id = ?", (run_id,))
         seen.append((run_id, database, status))
 
     manager.register(types.SimpleNamespace(d5_result_stored=hookimpl(d5_result_stored)), "spy")
-    with ResultsStore.open(db, manager=manager) as s:
+    with ResultsStore.open(store_target, manager=manager) as s:
         run_id = s.begin_run("op", "a", environment=ENV)
         assert seen == []
         s.finish_run(run_id)
-    assert seen == [(run_id, str(db), "complete")]
+    assert seen == [(run_id, store_target, "complete")]
 
 
-def test_a_failing_result_stored_hook_loses_nothing(db, manager):
+def test_a_failing_result_stored_hook_loses_nothing(store_target, manager):
     def d5_result_stored(run_id: str, database: str) -> None:
         raise RuntimeError("webhook down")
 
     manager.register(types.SimpleNamespace(d5_result_stored=hookimpl(d5_result_stored)), "bad")
-    with ResultsStore.open(db, manager=manager) as s:
+    with ResultsStore.open(store_target, manager=manager) as s:
         run_id = s.begin_run("op", "a", environment=ENV)
         with pytest.warns(PluginWarning, match=r"'bad' failed in d5_result_stored.*webhook down"):
             s.finish_run(run_id)
@@ -413,29 +448,36 @@ def test_a_failing_result_stored_hook_loses_nothing(db, manager):
 # -- runs whose process died ----------------------------------------------------------
 
 
-def test_run_of_a_dead_process_reads_incomplete_and_is_marked_on_open(db, store, manager):
+def test_run_of_a_dead_process_reads_incomplete_and_is_marked_on_open(store_target, store, manager):
     run_id = store.begin_run("op", "a", environment=ENV)
-    conn = _raw(db)
-    conn.execute("UPDATE runs SET pid = ? WHERE id = ?", (_dead_pid(), run_id))
+    _sql(store_target, "UPDATE runs SET pid = ? WHERE id = ?", (_dead_pid(), run_id))
     run = store.get_run(run_id)
     assert run.status == "incomplete" and "ended before the run was finished" in run.error
-    assert conn.execute("SELECT status FROM runs").fetchone()[0] == "running"
-    with ResultsStore.open(db, manager=manager):
+    assert _sql(store_target, "SELECT status FROM runs") == [("running",)]
+    with ResultsStore.open(store_target, manager=manager):
         pass
-    assert conn.execute("SELECT status FROM runs").fetchone()[0] == "incomplete"
+    assert _sql(store_target, "SELECT status FROM runs") == [("incomplete",)]
 
 
-def test_a_reused_pid_does_not_keep_a_dead_run_running(db, store):
+def test_a_reused_pid_does_not_keep_a_dead_run_running(store_target, store):
     run_id = store.begin_run("op", "a", environment=ENV)
-    _raw(db).execute("UPDATE runs SET proc_started = proc_started - 3600 WHERE id = ?", (run_id,))
+    _sql(
+        store_target,
+        "UPDATE runs SET proc_started = proc_started - 3600 WHERE id = ?",
+        (run_id,),
+    )
     assert store.get_run(run_id).status == "incomplete"
 
 
-def test_runs_of_live_processes_and_other_hosts_stay_running(db, store):
+def test_runs_of_live_processes_and_other_hosts_stay_running(store_target, store):
+    """Another host's run whose writer is still at work (on PostgreSQL: holds its lock;
+    on SQLite: nothing tells) is never marked incomplete, even when its pid here is dead."""
     mine = store.begin_run("op", "mine", environment=ENV)
     theirs = store.begin_run("op", "theirs", environment=ENV)
-    _raw(db).execute(
-        "UPDATE runs SET hostname = 'elsewhere', pid = ? WHERE id = ?", (_dead_pid(), theirs)
+    _sql(
+        store_target,
+        "UPDATE runs SET hostname = 'elsewhere', pid = ? WHERE id = ?",
+        (_dead_pid(), theirs),
     )
     assert store.get_run(mine).status == "running"
     assert store.get_run(theirs).status == "running"
@@ -469,10 +511,10 @@ WRITER = textwrap.dedent(
 )
 
 
-def test_four_processes_writing_at_once_lose_nothing(tmp_path, manager):
+def test_four_processes_writing_at_once_lose_nothing(store_target, tmp_path, manager):
     script = tmp_path / "writer.py"
     script.write_text(WRITER)
-    db, go = tmp_path / "shared.sqlite", tmp_path / "go"
+    db, go = store_target, tmp_path / "go"
     procs = [
         subprocess.Popen(
             [sys.executable, str(script), str(db), str(w), str(go)],
@@ -499,9 +541,9 @@ def test_four_processes_writing_at_once_lose_nothing(tmp_path, manager):
             (m,) = s.measurements(r.id)
             assert s.samples(m.id) == [worker + i / 100 + k / 1e4 for k in range(20)]
             assert [k.value for k in s.metrics(r.id)] == [float(i)]
-    conn = _raw(db)
-    assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
-    assert conn.execute("SELECT count(*) FROM environments").fetchone()[0] == 1
+    if "://" not in db:
+        assert _sql(db, "PRAGMA integrity_check") == [("ok",)]
+    assert _sql(db, "SELECT count(*) FROM environments") == [(1,)]
 
 
 def test_interrupted_is_a_final_status_and_a_ctrl_c_inside_run_stores_it(store):
@@ -534,6 +576,7 @@ def test_a_version_1_database_gains_interrupted_without_losing_measurements(db, 
     conn.execute("ALTER TABLE run_metrics DROP COLUMN better")
     conn.execute("ALTER TABLE samples DROP COLUMN process")
     conn.execute("DROP TABLE run_tags")
+    conn.execute("DROP TABLE artifacts")
     conn.execute("PRAGMA user_version = 1")
     conn.execute("COMMIT")
     with pytest.raises(sqlite3.IntegrityError):
@@ -562,3 +605,173 @@ def test_samples_keep_the_worker_process_that_took_them(store):
     assert store.samples(mid) == [1.0, 2.0, 3.0, 4.0, 5.0]
     assert store.samples_by_process(mid) == {0: [1.0, 2.0], 1: [3.0, 5.0], 2: [4.0]}
     assert store.samples_by_process(plain) == {None: [7.0, 8.0]}
+
+
+# -- artifacts and moving runs between stores --------------------------------------------
+
+
+def _full_run(store) -> str:
+    run_id = store.begin_run(
+        "op",
+        "gemm",
+        config={"m": 64},
+        environment=ENV,
+        seed=2**70,
+        recipe_hash="r1",
+        tags=["nightly", "a100"],
+    )
+    store.add_measurement(
+        run_id, "time", [1e-3, float("nan"), 2e-3], labels={"b": "x"}, processes=[0, 0, 1]
+    )
+    store.add_measurement(run_id, "throughput", [10.0, 11.0], unit="items/s")
+    store.add_metric(run_id, "accuracy", 0.5, unit="1")
+    store.add_metric(run_id, "loss", float("nan"))
+    store.add_artifact(run_id, "log.txt", b"line 1\nline 2\n")
+    store.add_artifact(run_id, "trace.bin.gz", bytes(range(256)))
+    store.add_artifact(run_id, "numpy/peak/run-01/summary.txt", b"")
+    store.finish_run(run_id)
+    return run_id
+
+
+def test_artifacts_are_kept_in_the_database_by_name(store):
+    run_id = _full_run(store)
+    assert store.artifact_names(run_id) == [
+        "log.txt",
+        "numpy/peak/run-01/summary.txt",
+        "trace.bin.gz",
+    ]
+    assert store.read_artifact(run_id, "numpy/peak/run-01/summary.txt") == b""
+    assert store.read_artifact(run_id, "trace.bin.gz") == bytes(range(256))
+    with pytest.raises(UsageError, match="never replaced"):
+        store.add_artifact(run_id, "log.txt", b"other")
+    assert store.read_artifact(run_id, "log.txt") == b"line 1\nline 2\n"
+    with pytest.raises(UsageError, match=r"keeps no artifact .nope.*log.txt"):
+        store.read_artifact(run_id, "nope")
+
+
+@pytest.mark.parametrize("name", ["", "..", "/abs", "a//b", "a/../b", "a/", "a\\b", "x\ny"])
+def test_a_bad_artifact_name_is_refused(store, name):
+    run_id = store.begin_run("op", "x", environment=ENV)
+    with pytest.raises(UsageError, match="artifact"):
+        store.add_artifact(run_id, name, b"data")
+    assert store.artifact_names(run_id) == []
+
+
+def test_an_artifact_of_an_unknown_run_is_refused(store):
+    with pytest.raises(UsageError, match="no run 'feedbeef'"):
+        store.add_artifact("feedbeef", "log.txt", b"data")
+
+
+def test_an_exported_run_imports_into_another_store_unchanged(store, other_store):
+    run_id = _full_run(store)
+    doc = store.export_run(run_id)
+    assert doc["format"] == "d5-run/1" and doc["run"]["run_id"] == run_id
+    assert doc["run"]["tags"] == ["a100", "nightly"] and doc["run"]["seed"] == 2**70
+    assert doc["measurements"][0]["samples"] == [1e-3, None, 2e-3]
+    assert doc["measurements"][0]["processes"] == [0, 0, 1]
+    assert doc["metrics"][1]["value"] is None
+    assert [a["name"] for a in doc["artifacts"]] == [
+        "log.txt",
+        "numpy/peak/run-01/summary.txt",
+        "trace.bin.gz",
+    ]
+    assert "id" not in doc["measurements"][0] and "environment_id" not in doc["run"]
+
+    assert import_document(other_store, doc) is True
+    again = other_store.export_run(run_id)
+    assert again == doc
+    copied = other_store.get_run(run_id)
+    assert (copied.status, copied.created, copied.finished) == (
+        "complete",
+        doc["run"]["created"],
+        doc["run"]["finished"],
+    )
+    assert other_store.read_artifact(run_id, "trace.bin.gz") == bytes(range(256))
+    assert other_store.environment(run_id) == store.environment(run_id)
+
+
+def test_imported_runs_share_an_environment_like_begun_ones(store, other_store):
+    first, second = _full_run(store), _full_run(store)
+    import_document(other_store, store.export_run(first))
+    import_document(other_store, store.export_run(second))
+    a, b = other_store.get_run(first), other_store.get_run(second)
+    assert (
+        a.environment_id == b.environment_id and a.fingerprint == store.get_run(first).fingerprint
+    )
+    begun = other_store.begin_run("op", "later", environment=ENV)
+    assert other_store.get_run(begun).environment_id == a.environment_id
+
+
+def test_importing_a_run_the_store_holds_returns_false_and_changes_nothing(store, other_store):
+    run_id = _full_run(store)
+    doc = store.export_run(run_id)
+    assert import_document(other_store, doc) is True
+    changed = dict(doc, run=dict(doc["run"], name="other"), measurements=[])
+    assert import_document(other_store, changed) is False
+    assert import_document(store, doc) is False
+    assert other_store.export_run(run_id) == doc
+
+
+def _document(store) -> dict:
+    return store.export_run(_full_run(store))
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        (lambda d: d.pop("run"), "run is missing"),
+        (lambda d: d["run"].update(status="finished"), "run.status"),
+        (lambda d: d["run"].update(seed="7"), "run.seed"),
+        (lambda d: d["run"].update(config=[]), "run.config"),
+        (
+            lambda d: d["measurements"][1].update(samples=[1.0, "x"]),
+            r"measurements\[1\].samples\[1\]",
+        ),
+        (lambda d: d["measurements"][0].update(processes=[0]), r"measurements\[0\].processes"),
+        (lambda d: d["measurements"][0].update(n=99), r"measurements\[0\].n"),
+        (lambda d: d["metrics"][0].update(better="up"), r"metrics\[0\].better"),
+        (lambda d: d["artifacts"][0].update(data_base64="!!"), r"artifacts\[0\].data_base64"),
+        (lambda d: d["artifacts"][0].update(sha256="0" * 64), r"artifacts\[0\].sha256"),
+        (lambda d: d["artifacts"][1].update(name="../b"), r"artifacts\[1\].name"),
+    ],
+)
+def test_a_malformed_document_names_the_field_and_writes_nothing(store, other_store, change, field):
+    doc = _document(store)
+    change(doc)
+    with pytest.raises(UsageError, match=field) as info:
+        import_document(other_store, doc)
+    assert "\n" not in str(info.value)
+    assert other_store.list_runs() == []
+
+
+def test_a_document_of_an_unknown_format_version_is_refused(store, other_store):
+    doc = dict(_document(store), format="d5-run/2")
+    with pytest.raises(UsageError, match=r"d5-run/2.*upgrade d5core"):
+        import_document(other_store, doc)
+    with pytest.raises(UsageError, match="format"):
+        import_document(other_store, dict(doc, format="something"))
+    assert other_store.list_runs() == []
+
+
+def test_exporting_an_unknown_run_is_a_usage_error(store):
+    with pytest.raises(UsageError, match="no run 'feedbeef'"):
+        store.export_run("feedbeef")
+
+
+def test_a_store_names_its_location_and_backend(store_target, store):
+    assert store.location == store_target
+    assert store.backend == ("postgresql" if "://" in store_target else "sqlite")
+
+
+def test_a_version_5_database_gains_artifacts_and_keeps_its_runs(db, manager):
+    with ResultsStore.open(db, manager=manager) as s:
+        run_id = s.record_measurement_run("kept", {"time": [1.0, 2.0]}, environment=ENV)
+    conn = _raw(db)
+    conn.execute("DROP TABLE artifacts")
+    conn.execute("PRAGMA user_version = 5")
+    conn.close()
+    with ResultsStore.open(db, manager=manager) as s:
+        assert s.get_run(run_id).status == "complete"
+        s.add_artifact(run_id, "note.txt", b"added after the upgrade")
+        assert s.artifact_names(run_id) == ["note.txt"]
+    assert _raw(db).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6

@@ -10,14 +10,14 @@ from pathlib import Path
 import pytest
 
 from d5core.cli.output import read_json
-from d5core.plugins import PluginManager
-from d5core.results import ResultsStore
-from d5core.results.summaries import (
+from d5core.lv2.summaries import (
     median_interval,
     olympic_mean,
     time_to_accuracy_summary,
     true_median,
 )
+from d5core.plugins import PluginManager
+from d5core.results import ResultsStore
 
 ENV = {"packages": {"d5core": "0.1.0"}, "cpu": {"model": "Test CPU", "logical_cores": 2}}
 

@@ -229,7 +229,7 @@ def _stored_run(store, counts):
 
 def test_results_compare_warns_of_a_backend_whose_thread_count_changed_between_runs(tmp_path):
     from d5core.plugins import PluginManager
-    from d5core.results.comparison import compare_runs
+    from d5core.report.comparison import compare_runs
 
     db = tmp_path / "results.sqlite"
     with ResultsStore.open(db, manager=PluginManager({}, discover_installed=False)) as store:

@@ -73,10 +73,13 @@ def test_offline_rows_are_valid_documented_and_stored(runs, db):
         assert row["scenario"] == "offline" and row["metric_value"] > 0
         assert row["metric"] == "Samples per second"
         assert row["settings"]["threads"] == 1 and row["threads"]["count"] == 1
-        assert (Path(row["log_dir"]) / "mlperf_log_summary.txt").is_file()  # kept
+
     with ResultsStore.open(db) as store:
         stored = store.get_run(run_id)
         assert stored.kind == "inference" and stored.status == "complete"
+        kept = store.artifact_names(run_id)
+        for executor in ("numpy", "torch"):  # the logs, kept in the database
+            assert f"{executor}/mlperf_log_summary.txt" in kept
         assert stored.name == "inference lenet5 offline"
         latencies = {m.labels["executor"]: m for m in store.measurements(run_id)
                      if m.metric == "latency"}  # fmt: skip

@@ -144,7 +144,7 @@ def bench_algorithms(
     seed: int,
     timeout_factor: float | None,
     as_json: bool,
-    db: Path | None,
+    db: str | Path | None,
 ) -> None:
     """Run ALGORITHMS on every workload of SUITE (a name in suites/ or a .toml path)
     under a tuning RULESET, each trial in a fresh process, and store every trial.

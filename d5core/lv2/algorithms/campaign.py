@@ -307,7 +307,9 @@ def workload_recipe(workload: Workload, budget_s: float, directory: Path) -> Pat
     return path
 
 
-def _trial_argv(planned: PlannedTrial, recipe: Path, db: Path, tags: Sequence[str]) -> list[str]:
+def _trial_argv(
+    planned: PlannedTrial, recipe: Path, db: Path | str, tags: Sequence[str]
+) -> list[str]:
     argv = [sys.executable, "-m", "d5core", "run", str(recipe),
             "--set", f"algorithm={planned.algorithm}",
             "--set", "hyperparameters=" + json.dumps(planned.hyperparameters),
@@ -460,7 +462,7 @@ def _outcome(planned: PlannedTrial, done: _Finished, limit_s: float) -> dict[str
     return fields
 
 
-def _training_run_of(db: Path, tag: str, pid: int) -> str | None:
+def _training_run_of(db: Path | str, tag: str, pid: int) -> str | None:
     """The training run the trial's process began (``None``: it began none)."""
     from d5core.results.store import ResultsStore
 
@@ -471,7 +473,9 @@ def _training_run_of(db: Path, tag: str, pid: int) -> str | None:
     return None
 
 
-def run_trial(spec: CampaignSpec, planned: PlannedTrial, recipe: Path, db: Path) -> TrialRecord:
+def run_trial(
+    spec: CampaignSpec, planned: PlannedTrial, recipe: Path, db: Path | str
+) -> TrialRecord:
     """Train ``planned`` in a fresh process on ``recipe`` (see :func:`workload_recipe`)
     and return its record (not stored)."""
     tag = campaign_tag(spec.id)
@@ -592,7 +596,7 @@ def _recipes_dir() -> Iterator[Path]:
 
 def run_campaign(
     spec: CampaignSpec,
-    db: Path | None = None,
+    db: str | Path | None = None,
     *,
     on_line: Callable[[str], None] | None = None,
 ) -> CampaignResult:
@@ -606,13 +610,13 @@ def run_campaign(
     """
     from d5core.environment import capture_environment
     from d5core.lv2.algorithms.trials import finished, load_trials, record_trial
-    from d5core.results.paths import resolve_db_path
+    from d5core.results.paths import absolute_db
     from d5core.results.store import ResultsStore
 
     say = on_line or (lambda _line: None)
     started = time.perf_counter()
     trials = plan(spec)
-    db_path = resolve_db_path(db).absolute()
+    db_path = absolute_db(db)  # a URL reaches the trials unchanged
     tag = campaign_tag(spec.id)
     with ResultsStore.open(db_path) as store:
         store.require_writable()

@@ -170,7 +170,7 @@ def score(
     suite: str | None,
     baseline: str | None,
     as_json: bool,
-    db: Path | None,
+    db: str | Path | None,
 ) -> None:
     """Score a campaign of 'd5 bench algorithms' the AlgoPerf way.
 
@@ -186,7 +186,7 @@ def score(
     from d5core.results.store import read_store
 
     with read_store(db) as store:
-        where = str(store.path)
+        where = store.location
         trials = load_trials(store)
     chosen = pick_campaign(trials, campaign, suite, where)
     scored = [t for t in trials if t.campaign == chosen]
