@@ -8,6 +8,7 @@ and here on one round of torch).
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -90,6 +91,10 @@ def test_one_round_on_torch_does_equal_work_and_reports_the_ratios() -> None:
         ratio = row["tta_ratio"]
         assert ratio["ratio"] == pytest.approx(row["tta_s"] / rows["hand"]["tta_s"])
         assert ratio["min"] <= ratio["ratio"] <= ratio["max"]
+        # one round: the interval is that round's ratio, and it decides the target
+        assert ratio["ci_low"] == ratio["ci_high"] == pytest.approx(ratio["ratio"])
+        assert row["verdict"] == ("met" if ratio["ratio"] <= row["target"] else "missed")
+        assert row["targeted"] is True
         assert list(row["parts"]) == ["setup", "steps", "tests", "recording", "loop"]
         assert sum(row["parts"].values()) == pytest.approx(row["tta_s"], rel=1e-3)
     assert report["not_run"] == {}
@@ -109,3 +114,36 @@ def test_bad_arguments_are_refused_in_one_line(args: list[str], says: str) -> No
     assert done.returncode == 2
     assert says in done.stderr.strip().splitlines()[-1]
     assert "Traceback" not in done.stderr
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("train_e2e", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("train_e2e", module)  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_target_is_decided_only_when_the_whole_interval_is_on_one_side_of_it() -> None:
+    e2e = _script()
+    assert e2e.verdict(0.90, 1.04, 1.05) == "met"
+    assert e2e.verdict(0.90, 1.05, 1.05) == "met"
+    assert e2e.verdict(1.06, 1.20, 1.05) == "missed"
+    assert e2e.verdict(0.97, 1.12, 1.05) == "undecided"
+
+
+def test_the_ratio_interval_draws_whole_rounds_and_holds_the_ratio_of_medians() -> None:
+    e2e = _script()
+    # every round the d5 side takes exactly 1.1 times the hand loop, whatever the round's
+    # speed: drawing rounds whole keeps each resample's ratio at 1.1
+    hand = [0.2, 0.3, 0.25, 0.5, 0.21, 0.4, 0.33]
+    low, high = e2e.paired_ratio_ci([1.1 * h for h in hand], hand)
+    assert low == pytest.approx(1.1) and high == pytest.approx(1.1)
+    # noisy rounds: the interval widens and still holds the ratio of the medians
+    d5 = [0.21, 0.36, 0.22, 0.61, 0.25, 0.38, 0.30]
+    low, high = e2e.paired_ratio_ci(d5, hand)
+    ratio = float(np.median(d5) / np.median(hand))
+    assert low < ratio < high
+    assert (low, high) == e2e.paired_ratio_ci(d5, hand)  # seeded: the same interval again
+
