@@ -183,6 +183,8 @@ def test_every_hook_fires_in_a_demo_like_flow(tmp_path, monkeypatch) -> None:
     # the custom-operator glue hook: asked for every framework's glue, even when the one
     # named has none (nothing is compiled, and the unknown name is refused)
     d5("results", "table", "--last", "1", "--kind", "op", "--db", str(db))  # the tables
+    # a store named by a URL nobody opens: every plugin is asked, the spy among them
+    d5("results", "list", "--db", "spy-store://nowhere/d5", code=2)
     d5("op", "build", str(CUSTOM_OP), "--frameworks", "spy-framework", code=2)
     assert d5("spy-hello") == "hello from the spy\n"
     if _mpi_ready():  # a rank killed without an exit status is what the parent diagnoses
