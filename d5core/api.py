@@ -122,6 +122,14 @@ Results stores (the hook ``d5_results_backend``)
 - ``StoreBackend``: what a plugin returns to keep d5's results in a database named by
   URL (connecting, identifying and migrating the database, write transactions);
   d5 itself opens SQLite files and ``postgresql://`` URLs.
+
+Traces (``--trace``; the hook ``d5_trace_profiler``)
+
+- ``TraceProfiler``: what the hook returns: a framework profiler whose events join a
+  traced run's timeline; ``TRACE_LEVELS``: ``step``, ``framework``, ``full``.
+- ``trace_clock_us``: now on the trace's time base (µs); ``wall_ns_to_trace_us``: a
+  wall-clock time converted to it; ``wall_offset_ns``: the wall clock less the trace
+  clock, to convert many.
 """
 
 from __future__ import annotations
@@ -190,6 +198,13 @@ if TYPE_CHECKING:
     from d5core.plugins.manager import PluginManager, get_plugin_manager
     from d5core.plugins.reference import reference_name
     from d5core.results.backend import StoreBackend
+    from d5core.tracing import (
+        TRACE_LEVELS,
+        TraceProfiler,
+        trace_clock_us,
+        wall_ns_to_trace_us,
+        wall_offset_ns,
+    )
     from d5core.validate import (
         compare_outputs,
         default_grad_outputs,
@@ -245,6 +260,9 @@ _HOMES: dict[str, tuple[str, ...]] = {
         "preloads",
     ),
     "d5core.results.backend": ("StoreBackend",),
+    "d5core.tracing": (
+        "TRACE_LEVELS", "TraceProfiler", "trace_clock_us", "wall_ns_to_trace_us", "wall_offset_ns",
+    ),
     "d5core.levels.distributed": (
         "ANY_SOURCE",
         "ANY_TAG",
@@ -284,6 +302,7 @@ __all__ = [
     "RUN_END",
     "RUN_START",
     "TEST_PASS",
+    "TRACE_LEVELS",
     "TRAIN_EPOCH",
     "TRAIN_STEP",
     "VALIDATION",
@@ -315,6 +334,7 @@ __all__ = [
     "Sampler",
     "StoreBackend",
     "TensorDescriptor",
+    "TraceProfiler",
     "TrainingAlgorithm",
     "UsageError",
     "chunk_counts",
@@ -329,8 +349,11 @@ __all__ = [
     "load_dataset",
     "preloads",
     "reference_name",
+    "trace_clock_us",
     "use_bus",
     "validate_operator",
+    "wall_ns_to_trace_us",
+    "wall_offset_ns",
 ]
 
 if not TYPE_CHECKING:  # for mypy every name is imported above, and a typo stays an error

@@ -87,11 +87,6 @@ class _Kernel:
                 "d5core.cli.plugins_cmd:list_plugins",
                 "List installed plugins and their status (metadata only).",
             ),
-            LazyCommand(
-                "calibrate",
-                "d5core.cli.calibrate_cmd:calibrate",
-                "Measure this machine's noise floor and store it.",
-            ),
             LazyGroup(
                 "bench",
                 help="Benchmark operators across backends, networks across executors, "
@@ -120,6 +115,7 @@ KERNEL = _Kernel()
 #: are called first, and level 0's figures come before level 1's.
 INTERNAL_PLUGINS: tuple[tuple[str, str], ...] = (
     ("builtins.teamstore", "d5core.teamstore.plugin"),
+    ("builtins.trace", "d5core.trace.plugin"),
     ("builtins.report", "d5core.report.plugin"),
     ("builtins.lv3", "d5core.lv3.plugin"),
     ("builtins.lv2", "d5core.lv2.plugin"),

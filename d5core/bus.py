@@ -15,7 +15,9 @@ constant               name                 published when / payload
 ``GRAPH_NODE``         ``graph.node``       one node of a network executed (span);
                                             ``node``, ``op_type``; backward adds ``direction``
 ``TRAIN_STEP``         ``train.step``       one optimisation step (span); ``batch_size``,
-                                            ``step``, ``epoch``; the end adds ``loss``,
+                                            ``step``, ``epoch``, ``data_t0_ns`` and
+                                            ``data_ns`` (reading its batch, just before
+                                            the span); the end adds ``loss``,
                                             ``count``, ``lr`` and ``correct`` (when read)
 ``TRAIN_EPOCH``        ``train.epoch``      one epoch (span); ``epoch``; ``correct`` and
                                             ``count`` of the epoch when training accuracy

@@ -169,6 +169,12 @@ NAMES_ADDED_IN: dict[str, str] = {
     "TrainingAlgorithm": "1.10",
     # 1.11: results stores named by URL, PostgreSQL for teams (issue 34)
     "StoreBackend": "1.11",
+    # 1.12: across-stack traces (issue 35)
+    "TRACE_LEVELS": "1.12",
+    "TraceProfiler": "1.12",
+    "trace_clock_us": "1.12",
+    "wall_ns_to_trace_us": "1.12",
+    "wall_offset_ns": "1.12",
 }
 
 _VERSION_ADDED = re.compile(r"\.\. versionadded:: (\d+\.\d+)")

@@ -53,3 +53,4 @@ def json_option(
     if fn is None:
         return option
     return option(fn)
+

@@ -60,6 +60,7 @@ SCHEMA_VERSIONS: dict[str, int] = {
     "results table": 1,
     "run": 1,
     "run inference": 1,
+    "trace": 1,
     "validate net": 1,
     "validate op": 1,
 }

@@ -33,6 +33,7 @@ from d5core.hookspecs import (
     plugin,
     report,
     results,
+    trace,
     training,
 )
 from d5core.hookspecs._markers import PROJECT, hookimpl, hookspec, propagates
@@ -51,6 +52,7 @@ SPEC_MODULES: tuple[ModuleType, ...] = (
     measure,
     results,
     report,
+    trace,
     cli,
 )
 

@@ -669,7 +669,7 @@ def run_scenario(
         threads=done.get("threads"),
         samples_issued=int(done.get("samples", 0)),
         details={"warm_up": done.get("warm_up", {}), "calls": done.get("calls", 0),
-                 "batch": done.get("batch")},
+                 "batch": done.get("batch"), "started_us": done.get("started_us")},
     )  # fmt: skip
     if settings.mode == "accuracy":
         result.accuracy = {

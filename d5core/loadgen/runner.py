@@ -263,6 +263,7 @@ def run_request(
     on_executor: Callable[[Any, str, ExecutorOutcome], None] | None = None,
     extra_config: Mapping[str, Any] | None = None,
     recipe_hash: str | None = None,
+    trace: str | None = None,
 ) -> tuple[str, list[ExecutorOutcome]]:
     """Run every executor of ``request`` and store them in one ``inference`` run.
 
@@ -274,6 +275,9 @@ def run_request(
         :class:`ExecutorOutcome` once it is stored, while the run is still open.
     :param extra_config: joins the run's config (an inference recipe's sections).
     :param recipe_hash: stored with the run (an inference recipe's hash).
+    :param trace: a trace level: after the LoadGen runs, each executor's inference is
+        traced in extra, untimed steps in this process (at ``full`` with LoadGen's own
+        query events of the performance run), and the trace kept with the run.
     :returns: the run id and each executor's outcome, in the order of ``request``.
     """
     from d5core.results.store import ResultsStore
@@ -285,7 +289,9 @@ def run_request(
         with (
             tempfile.TemporaryDirectory(prefix="d5-loadgen-") as tmp,
             store.run(
-                "inference", name, config={**request.config(), **(extra_config or {})},
+                "inference", name,
+                config={**request.config(), **(extra_config or {}),
+                        **({"trace": trace} if trace else {})},
                 seed=request.settings.seed, recipe_hash=recipe_hash, tags=tags,
             ) as run_id,
         ):  # fmt: skip
@@ -302,6 +308,10 @@ def run_request(
                 outcomes.append(outcome)
                 if on_executor is not None:
                     on_executor(store, run_id, outcome)
+            if trace is not None:
+                from d5core.loadgen.traced import trace_scenario
+
+                trace_scenario(store, str(run_id), trace, request, outcomes)
     return str(run_id), outcomes
 
 

@@ -215,17 +215,23 @@ def run_command(
     db: str | Path | None,
     tags: Sequence[str],
     as_json: bool,
+    trace: str | None = None,
 ) -> None:
     """``d5 bench net --scenario``: run, store, print; raise :class:`CheckFailed` (exit 1)
     when an executor failed (:func:`failures`)."""
     from d5core.cli.output import console, print_json
 
-    run_id, outcomes = run_request(request, db=db, tags=tags, progress=None if as_json else _say)
+    run_id, outcomes = run_request(request, db=db, tags=tags, trace=trace,
+                                   progress=None if as_json else _say)  # fmt: skip
     if as_json:
         rows = [outcome_row(run_id, request.model, o) for o in outcomes]
         print_json(rows, command="bench net scenario")
     else:
         console().print(outcome_table(request.model, request.settings.scenario, run_id, outcomes))
+        if trace is not None:
+            from d5core.trace.capture import traced_line
+
+            click.echo(traced_line(run_id, trace))
     failed = failures(outcomes)
     if failed:
         raise CheckFailed(f"run {run_id}: " + " | ".join(failed))
@@ -306,6 +312,7 @@ def scenario_command(
     db: str | Path | None,
     tags: Sequence[str],
     options: Mapping[str, Any],
+    trace: str | None = None,
 ) -> None:
     """The ``--scenario`` branch of ``d5 bench net``: check every setting (exit 2 before
     anything runs or is stored), then :func:`run_command`."""
@@ -343,7 +350,7 @@ def scenario_command(
         find_peak=bool(options.get("find_peak")), accuracy=bool(options.get("accuracy")),
     )  # fmt: skip
     _check_fits(model, settings, batch)
-    run_command(request, db=db, tags=tags, as_json=as_json)
+    run_command(request, db=db, tags=tags, as_json=as_json, trace=trace)
 
 
 def _check_fits(model: str, settings: Any, batch: int | None) -> None:

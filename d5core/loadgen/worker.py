@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from typing import IO, Any
 
 from d5core.worker_protocol import emit, one_line, protocol_stream
@@ -70,6 +71,7 @@ def _run(request: dict[str, Any], out: IO[str]) -> dict[str, Any]:
     resolved = resolve_settings(settings, warm)
     system.settings = resolved
     sut, qsl, close = loadgen_handles(system)
+    started_us = time.perf_counter_ns() / 1000.0  # where a trace puts LoadGen's events
     try:
         start_test(sut, qsl, test_settings(resolved, warm), Path(str(request["log_dir"])))
     finally:
@@ -87,6 +89,7 @@ def _run(request: dict[str, Any], out: IO[str]) -> dict[str, Any]:
         "warm_up": warm,
         "samples": stats.samples,
         "calls": stats.calls,
+        "started_us": started_us,
         "batch": system.batch,
         "layout": [o.to_json() for o in stats.layout],
     }

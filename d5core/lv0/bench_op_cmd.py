@@ -28,6 +28,8 @@ from d5core.lv0.bench_common import (
     threads_cell,
     timeout_option,
 )
+from d5core.trace.capture import traced_line
+from d5core.trace.options import trace_option
 
 if TYPE_CHECKING:
     from d5core.lv0.workloads.roofline import Peak
@@ -65,6 +67,7 @@ __all__ = ["bench_op", "peak_footer"]
 @process_options
 @sampling_options(time_budget=0.2)
 @timeout_option
+@trace_option
 @json_option
 @db_option
 @tag_option
@@ -89,6 +92,7 @@ def bench_op(
     as_json: bool,
     db: str | Path | None,
     tags: tuple[str, ...],
+    trace: str | None,
 ) -> None:
     """Time operator OP on each backend, forward and/or backward, side by side.
 
@@ -96,7 +100,8 @@ def bench_op(
     backends in a random order within each), and reported as the median of the
     process medians with its between-process 95% CI. Every sample is stored with its
     process; GEMM, MatMul and convolutions also report (and store) GFLOP/s and the
-    fraction of the peak of the cores each backend ran on (its threads).
+    fraction of the peak of the cores each backend ran on (its threads). With
+    --trace, each job is traced in extra, untimed calls after the workers.
     """
     from d5core.lv0.bench_run import bench_operators, operator_problems
     from d5core.measure.invocations import parse_cpus
@@ -116,7 +121,7 @@ def bench_op(
         options=measure_options(min_samples, max_samples, time_budget, rel_ci, warmup),
         processes=processes, cpus=None if cpus is None else parse_cpus(cpus), suite=suite,
         custom=custom, custom_shape=shape, custom_attributes=parse_attributes(attrs),
-        db=db, tags=tags, quiet=as_json, timeout=timeout,
+        db=db, tags=tags, quiet=as_json, timeout=timeout, trace=trace,
     )  # fmt: skip
     rows, peak, peak_rate, floor = bench.rows, bench.peak, bench.peak_rate, bench.floor
     if as_json:
@@ -130,6 +135,8 @@ def bench_op(
     out.print(_op_table(bench.op, dtype, bench.run_id, rows))
     out.print(peak_footer(peak, dtype), markup=False, highlight=False)
     print_footer(bench.outcome, floor)
+    if trace is not None:
+        click.echo(traced_line(bench.run_id, trace))
 
 
 def peak_footer(peak: Peak, dtype: str) -> str:

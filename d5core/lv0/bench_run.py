@@ -79,6 +79,7 @@ def bench_operators(
     quiet: bool = True,
     with_noise_floor: bool = True,
     timeout: float | None = None,
+    trace: str | None = None,
 ) -> OperatorBench:
     """Benchmark ``problems`` of operator ``op`` on each of ``backends`` in fresh worker
     processes, stored as one run of kind ``op`` in the store at ``db``.
@@ -92,6 +93,8 @@ def bench_operators(
         floor that rows within noise of each other are marked by; ``False`` skips it.
     :param timeout: the seconds a worker may spend on one job; a job past it fails with
         "timed out after N s" (``None``: :func:`~d5core.measure.invocations.default_timeout`).
+    :param trace: a trace level: after the workers, every job measured is traced in
+        extra, untimed calls in this process, and the trace is kept with the run.
 
     :raises UsageError: for bad input, one line, before anything is measured.
     :raises CheckFailed: when a job failed in its worker; what was measured is stored.
@@ -134,6 +137,10 @@ def bench_operators(
         "timeout_s": limit,
         "peak": {"gflops": peak_rate, "cores": peak.cores, "source": peak.source},
     }
+    if trace is not None:
+        from d5core.trace.recorder import check_level
+
+        config["trace"] = check_level(trace)
     with ResultsStore.open(db) as store:
         floor = noise_floor(store, cpus) if with_noise_floor else None
         title = f"bench {op}"
@@ -153,6 +160,8 @@ def bench_operators(
                 measured, keys, devices, _peaks_of_threads(peak, dtype, measured, names), store,
                 run_id,
             )  # fmt: skip
+            if trace is not None:
+                _trace_operators(store, run_id, trace, str(op), measured, keys)
             if floor is not None:
                 store.update_config(run_id, {"noise_floor": floor.to_json()})
             raise_failures(measured.outcome)
@@ -202,6 +211,25 @@ def _custom_plan(
         on_note=None if quiet else _note_line,
     )  # fmt: skip
     return plan.build.spec.name, plan.names, plan.problems, plan.devices, plan.jobs, plan.keys
+
+
+def _trace_operators(
+    store: Any, run_id: str, level: str, op: str, measured: Measured,
+    keys: Sequence[tuple[Problem, str, str]],
+) -> None:
+    """Trace extra calls of every job that was measured (untimed, after the workers) and
+    keep the trace with the run."""
+    from d5core.trace.capture import store_trace, trace_job
+    from d5core.trace.recorder import TraceRecorder
+
+    recorder = TraceRecorder(level, "d5 bench op")
+    subjects = []
+    for result, (problem, direction, name) in zip(measured.outcome.jobs, keys, strict=True):
+        if result.runs:
+            trace_job(recorder, result.job, name, problem=problem.label, direction=direction)
+            subjects.append(name)
+    store_trace(store, run_id, recorder, kind="op", op=op,
+                subjects=list(dict.fromkeys(subjects)))  # fmt: skip
 
 
 def _check_backends(

@@ -25,6 +25,7 @@ from d5core.errors import UsageError
 from d5core.results.environments import EnvironmentLegend, environment_legend
 from d5core.results.load import peak_load_per_core, was_busy
 from d5core.results.store import ResultsStore, RunRecord
+from d5core.trace.marks import trace_level
 
 __all__ = ["BENCHMARK_KINDS", "BenchmarkTable", "benchmark_table"]
 
@@ -166,6 +167,7 @@ def benchmark_table(store: ResultsStore, runs: Iterable[RunRecord], kind: str) -
                 "older_runs": 0,
                 "busy": was_busy(run.load_start, run.load_end),
                 "load_per_core": peak_load_per_core(run.load_start, run.load_end),
+                "traced": trace_level(run.config),
             }
             if kind == "op":
                 check = validations.get((str(key[0]), str(who), str(key[3])))

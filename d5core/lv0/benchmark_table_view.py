@@ -9,10 +9,11 @@ from typing import Any
 from rich.markup import escape
 from rich.table import Table
 
-from d5core.cli.legend import print_legend
 from d5core.cli.output import console
 from d5core.lv0.benchmark_table import BenchmarkTable
+from d5core.report.legend import print_legend
 from d5core.results.load import BUSY_LEGEND, BUSY_MARK
+from d5core.trace.marks import TRACED_LEGEND, TRACED_MARK
 
 __all__ = ["print_benchmark_table", "results_table"]
 
@@ -58,6 +59,8 @@ def _cell(cell: Mapping[str, Any] | None, fastest: float | None) -> str:
     text = escape(" · ".join(extra))
     if cell.get("busy"):
         text += f" · [bold yellow]{BUSY_MARK}[/]"
+    if cell.get("traced"):
+        text += f" · [bold cyan]{TRACED_MARK}[/]"
     lines.append(text)
     rate = _rate(cell)
     if rate:
@@ -107,6 +110,8 @@ def print_benchmark_table(table: BenchmarkTable) -> None:
     console().print(out)
     if table.busy_runs():
         console().print(BUSY_LEGEND, markup=False, highlight=False)
+    if any(c.get("traced") for row in table.rows for c in row["cells"].values()):
+        console().print(TRACED_LEGEND, markup=False, highlight=False)
     print_legend(table.legend)
 
 

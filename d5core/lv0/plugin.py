@@ -51,6 +51,11 @@ def d5_cli_commands() -> list[Any]:
         validate,
         audit,
         LazyCommand("op", "d5core.lv0.op_cmd:op", "Build and inspect C++ custom operators."),
+        LazyCommand(
+            "calibrate",
+            "d5core.lv0.calibrate_cmd:calibrate",
+            "Measure this machine's noise floor and store it.",
+        ),
     ]
 
 

@@ -313,16 +313,23 @@ def validate_op_in_worker(
     dtype: str,
     seed: int,
     tolerances: Any,
+    trace: str | None = None,
 ) -> dict[str, Any]:
     """In a check worker (:mod:`d5core.validate.isolated`): :func:`validate_op` of
     ``backend`` on ``problem`` (as :func:`d5core.lv0.jobs.problem_to_json` wrote it), as
-    JSON for :func:`validation_from_json`."""
+    JSON for :func:`validation_from_json`; traced at level ``trace`` when given (the
+    document under ``"trace"``)."""
     from d5core.lv0.customop.runner import _tolerances_from_json
     from d5core.lv0.jobs import problem_from_json
+    from d5core.trace.capture import traced_worker
 
     made = problem_from_json(problem)
-    return validate_op(made, backend, dtype=dtype, seed=seed, on_phase=phase,
-                       tolerances=_tolerances_from_json(tolerances)).to_json()  # fmt: skip
+
+    def work(on_phase: Callable[[str], None]) -> dict[str, Any]:
+        return validate_op(made, backend, dtype=dtype, seed=seed, on_phase=on_phase,
+                           tolerances=_tolerances_from_json(tolerances)).to_json()  # fmt: skip
+
+    return traced_worker(trace, backend, phase, work)
 
 
 def validation_from_json(data: Mapping[str, Any]) -> OperatorValidation:

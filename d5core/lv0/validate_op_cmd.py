@@ -18,6 +18,8 @@ from d5core.cli.output import console, print_json
 from d5core.cli.tag_option import tag_option
 from d5core.cli.tolerances import read_tolerances
 from d5core.errors import CheckFailed, UsageError
+from d5core.trace.capture import traced_line
+from d5core.trace.options import trace_option
 
 __all__ = ["validate_op"]
 
@@ -66,6 +68,7 @@ __all__ = ["validate_op"]
 )
 @click.option("--rtol", type=float, default=None, help="Override the dtype's relative tolerance.")
 @click.option("--atol", type=float, default=None, help="Override the dtype's absolute tolerance.")
+@trace_option
 @json_option
 @db_option
 @tag_option
@@ -85,6 +88,7 @@ def validate_op(
     as_json: bool,
     db: str | Path | None,
     tags: tuple[str, ...],
+    trace: str | None,
 ) -> None:
     """Validate operator OP of a backend: forward and backward against the reference,
     and the backward against central differences in float64.
@@ -107,6 +111,11 @@ def validate_op(
     tolerances = read_tolerances(rtol, atol, dtype)
     timeout = DEFAULT_TIMEOUT_S if timeout_s is None else check_timeout(timeout_s)
     if custom is not None:
+        if trace is not None:
+            raise UsageError(
+                "--trace does not trace --custom validations (each framework's build runs "
+                "in a worker of its own); trace the built operator with d5 bench op --custom"
+            )
         _validate_custom(custom, op, backend, backends, shape, attrs, dtype, seed, tolerances,
                          as_json, db, tags, timeout, python_reference)  # fmt: skip
         return
@@ -127,6 +136,7 @@ def validate_op(
         db=db,
         tags=tags,
         timeout_s=timeout,
+        trace=trace,
     )
     result = stored.result
     data = {**result.to_json(), "run_id": stored.run_id}
@@ -134,6 +144,8 @@ def validate_op(
         print_json(data)
     else:
         _print_report(result)
+        if trace is not None:
+            click.echo(traced_line(stored.run_id, trace))
     if not result.passed:
         failures = result.report.failures()
         more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""

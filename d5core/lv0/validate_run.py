@@ -93,11 +93,13 @@ def validate_op_and_store(
     db: str | Path | None,
     tags: Sequence[str] = (),
     timeout_s: float = DEFAULT_TIMEOUT_S,
+    trace: str | None = None,
 ) -> StoredValidation:
     """Validate ``op`` of ``backend`` on its problem (the default one, reshaped to
     ``shapes`` when given) in a worker process killed after ``timeout_s`` seconds, and
     store the outcome as one run (the time limit in its config). A worker that dies or
-    times out is a failed validation naming the signal and the phase.
+    times out is a failed validation naming the signal and the phase. With ``trace``
+    (a level), the worker is traced and the trace kept with the run.
 
     :raises UsageError: an operator without a default problem and no shapes, an unknown
         backend or operator, a store that cannot be written.
@@ -114,6 +116,9 @@ def validate_op_and_store(
         store.require_writable()
     args = {"problem": problem_to_json(problem), "backend": backend, "dtype": dtype,
             "seed": seed, "tolerances": _tolerances_json(tolerances)}  # fmt: skip
+    extra: dict[str, Any] = {"timeout_s": timeout_s}
+    if trace is not None:
+        args["trace"] = extra["trace"] = trace
     outcome = run_isolated(OP_CHECK_TARGET, args, timeout_s=timeout_s)
     if outcome.usage:
         raise UsageError(outcome.failure)
@@ -125,7 +130,11 @@ def validate_op_and_store(
     else:
         result = validation_from_json(outcome.data)
     with ResultsStore.open(db) as store:
-        run_id = store_validation(store, result, seed, tags, {"timeout_s": timeout_s})
+        run_id = store_validation(store, result, seed, tags, extra)
+        if not outcome.failure:
+            from d5core.trace.capture import keep_document
+
+            keep_document(store, run_id, outcome.data.get("trace"))
     return StoredValidation(result, run_id)
 
 

@@ -32,6 +32,8 @@ from d5core.lv0.bench_common import (
     threads_cell,
     timeout_option,
 )
+from d5core.trace.capture import traced_line
+from d5core.trace.options import trace_option
 
 if TYPE_CHECKING:
     pass
@@ -70,6 +72,7 @@ __all__ = ["bench_net"]
 @sampling_options(time_budget=0.5)
 @timeout_option
 @scenario_options
+@trace_option
 @json_option
 @db_option
 @tag_option
@@ -91,6 +94,7 @@ def bench_net(
     as_json: bool,
     db: str | Path | None,
     tags: tuple[str, ...],
+    trace: str | None,
     **scenario: Any,
 ) -> None:
     """Time a network on each executor: inference or a training step, with throughput.
@@ -101,7 +105,8 @@ def bench_net(
     the median of the process medians with its between-process 95% CI. With
     --breakdown, every node's time is stored too (measured in this process), and
     checked against the measured step. With --scenario, the network runs under MLPerf
-    LoadGen instead (docs/inference.md).
+    LoadGen instead (docs/inference.md). With --trace, each executor is traced in
+    extra, untimed steps after the workers (docs/traces.md).
     """
     from d5core.lv1.bench_run import bench_networks
     from d5core.measure.invocations import parse_cpus
@@ -111,13 +116,14 @@ def bench_net(
         return scenario_command(
             click.get_current_context(), model=model, executors=names, batch=batch,
             mode=mode, seed=seed, as_json=as_json, db=db, tags=tags, options=scenario,
+            trace=trace,
         )  # fmt: skip
     check_no_scenario_options(scenario)
     bench = bench_networks(
         model, names, batch=batch, mode=mode, seed=seed, breakdown=breakdown,
         options=measure_options(min_samples, max_samples, time_budget, rel_ci, warmup),
         processes=processes, cpus=None if cpus is None else parse_cpus(cpus), db=db,
-        tags=tags, quiet=as_json, timeout=timeout,
+        tags=tags, quiet=as_json, timeout=timeout, trace=trace,
     )  # fmt: skip
     rows, run_id, outcome, floor = bench.rows, bench.run_id, bench.outcome, bench.floor
     for r, timing in zip(rows, bench.timings, strict=True):
@@ -129,6 +135,8 @@ def bench_net(
     out = console()
     out.print(_net_table(model, mode, bench.batch, run_id, rows))
     print_footer(outcome, floor)
+    if trace is not None:
+        click.echo(traced_line(run_id, trace))
     for r in rows:
         if r.breakdown is not None:
             out.print(r.breakdown)

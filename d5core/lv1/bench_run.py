@@ -25,6 +25,7 @@ from d5core.lv0.bench_common import (
 )
 from d5core.lv0.bench_results import store_nested, store_startup
 from d5core.lv1.runner import NetworkTiming
+from d5core.trace.recorder import check_level
 
 if TYPE_CHECKING:
     from d5core.lv0.bench_results import Gathered
@@ -69,6 +70,7 @@ def bench_networks(
     tags: Sequence[str] = (),
     quiet: bool = True,
     timeout: float | None = None,
+    trace: str | None = None,
 ) -> NetworkBench:
     """Benchmark a step of ``model`` (``mode``: ``inference`` or ``training``) on each of
     ``executors`` in fresh worker processes, stored as one run of kind ``net``.
@@ -77,6 +79,8 @@ def bench_networks(
         workers, and store the nodes' times.
     :param timeout: the seconds a worker may spend on one job; a job past it fails with
         "timed out after N s" (``None``: :func:`~d5core.measure.invocations.default_timeout`).
+    :param trace: a trace level: after the workers, every executor measured is traced in
+        extra, untimed steps in this process, and the trace is kept with the run.
     :raises UsageError: for bad input, one line, before anything is measured.
     :raises CheckFailed: when a job failed in its worker; what was measured is stored.
     """
@@ -101,6 +105,8 @@ def bench_networks(
         "cpus": cpus,
         "timeout_s": limit,
     }
+    if trace is not None:
+        config["trace"] = check_level(trace)
     with ResultsStore.open(db) as store:
         floor = noise_floor(store, cpus)
         with store.run(
@@ -113,12 +119,38 @@ def bench_networks(
             )  # fmt: skip
             chosen = instances if breakdown else {}
             rows, timings = _net_results(measured.outcome, workload, chosen, store, run_id)
+            if trace is not None:
+                measured_names = [t.executor for t in timings]
+                _trace_networks(store, run_id, trace, workload, instances, measured_names)
             if floor is not None:
                 store.update_config(run_id, {"noise_floor": floor.to_json()})
             raise_failures(measured.outcome)
     mark_within_noise(rows, floor)
     mark_threads(rows, measured)
     return NetworkBench(model, workload.batch, run_id, rows, timings, measured, floor)
+
+
+def _trace_networks(
+    store: Any, run_id: str, level: str, workload: Any, instances: dict[str, Any],
+    names: Sequence[str],
+) -> None:
+    """Trace extra steps of each executor in ``names`` (untimed, after the workers) and
+    keep the trace with the run."""
+    from functools import partial
+
+    from d5core.lv1.runner import prepare_step
+    from d5core.trace.capture import store_trace, trace_steps
+    from d5core.trace.recorder import TraceRecorder
+
+    recorder = TraceRecorder(level, "d5 bench net")
+    for name in names:
+        executor = instances[name]
+        trace_steps(
+            recorder, name, executor, partial(prepare_step, executor, name, workload),
+            model=workload.model, mode=workload.mode,
+        )  # fmt: skip
+    store_trace(store, run_id, recorder, kind="net", subjects=list(names),
+                model=workload.model, mode=workload.mode)  # fmt: skip
 
 
 def _check_executors(names: Sequence[str], workload: Any) -> dict[str, Any]:

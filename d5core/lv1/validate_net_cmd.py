@@ -15,6 +15,8 @@ from d5core.cli.output import console, print_json
 from d5core.cli.tag_option import tag_option
 from d5core.cli.tolerances import read_tolerances
 from d5core.errors import CheckFailed
+from d5core.trace.capture import traced_line
+from d5core.trace.options import trace_option
 
 __all__ = ["validate_net"]
 
@@ -46,6 +48,7 @@ __all__ = ["validate_net"]
 )
 @click.option("--rtol", type=float, default=None, help="Override the relative tolerance.")
 @click.option("--atol", type=float, default=None, help="Override the absolute tolerance.")
+@trace_option
 @json_option
 @db_option
 @tag_option
@@ -60,6 +63,7 @@ def validate_net(
     as_json: bool,
     db: str | Path | None,
     tags: tuple[str, ...],
+    trace: str | None,
 ) -> None:
     """Validate a network on an executor against the reference executor: every output,
     and the gradient of every parameter when the executor trains.
@@ -77,7 +81,7 @@ def validate_net(
     timeout = DEFAULT_TIMEOUT_S if timeout_s is None else check_timeout(timeout_s)
     stored = validate_net_and_store(
         model, executor, batch=batch, seed=seed, tolerances=tolerances, db=db, tags=tags,
-        timeout_s=timeout,
+        timeout_s=timeout, trace=trace,
     )  # fmt: skip
     result = stored.result
     data = {**result.to_json(), "run_id": stored.run_id}
@@ -103,6 +107,8 @@ def validate_net(
         console().print(table)
         for note in result.notes:
             console().print(note)
+        if trace is not None:
+            click.echo(traced_line(stored.run_id, trace))
     if not result.passed:
         failures = result.failures()
         more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""

@@ -68,6 +68,7 @@ def validate_net_and_store(
     db: str | Path | None,
     tags: Sequence[str] = (),
     timeout_s: float = DEFAULT_TIMEOUT_S,
+    trace: str | None = None,
 ) -> StoredNetworkValidation:
     """Validate ``model`` on ``executor`` (every output, and every parameter's gradient
     when the executor trains) in a worker process killed after ``timeout_s`` seconds, and
@@ -78,6 +79,7 @@ def validate_net_and_store(
     executor ran on a fallback engine, if any. A worker that dies or times out (the
     executor's native code crashed, or hung) is a failed validation, stored ``failed``
     with ``passed`` 0 and the cause (the signal, the phase, the executor) as its error.
+    With ``trace`` (a level), the worker is traced and the trace kept with the run.
 
     :raises UsageError: an unknown model or executor, a bad reference setting, a store
         that cannot be written.
@@ -91,12 +93,16 @@ def validate_net_and_store(
     _check_request(model, executor)
     args = {"model": model, "executor": executor, "batch": batch, "seed": seed,
             "tolerances": _tolerances_json(tolerances)}  # fmt: skip
+    if trace is not None:
+        args["trace"] = trace
     outcome = run_isolated(NET_CHECK_TARGET, args, timeout_s=timeout_s)
     if outcome.usage:
         raise UsageError(outcome.failure)
     result = _network_validation(outcome.data, model, executor, batch, outcome.failure)
     config: dict[str, Any] = {"model": model, "executor": executor, "batch": batch,
                               "timeout_s": timeout_s}  # fmt: skip
+    if trace is not None:
+        config["trace"] = trace
     if result.fallback:  # nodes an executor ran on its fallback engine (forward only)
         config["fallback"] = result.fallback
     with (
@@ -111,6 +117,10 @@ def validate_net_and_store(
                     store.add_metric(run_id, metric, value, labels=labels)
         if outcome.failure:
             store.finish_run(run_id, "failed", error=f"{executor}: {outcome.failure}")
+        elif trace is not None:
+            from d5core.trace.capture import keep_document
+
+            keep_document(store, run_id, outcome.data.get("trace"))
     return StoredNetworkValidation(result, str(run_id))
 
 
@@ -176,6 +186,7 @@ def validate_net_in_worker(
     batch: int,
     seed: int,
     tolerances: Any,
+    trace: str | None = None,
 ) -> dict[str, Any]:
     """In a check worker (:mod:`d5core.validate.isolated`): validate ``model`` on
     ``executor`` and return the validation as JSON, reporting each executor's inference
@@ -193,8 +204,15 @@ def validate_net_in_worker(
         phase(f"loading {name}")
         return _phased_executor(original(name, *args, **kwargs), name, phase)
 
-    phase(f"loading {model}")
-    runner.executor_by_name = phased
-    result = runner.validate_network(model, executor, batch=batch, seed=seed,
-                                     tolerances=_tolerances_from_json(tolerances))  # fmt: skip
-    return result.to_json()
+    from d5core.trace.capture import traced_worker
+
+    def work(on_phase: Callable[[str], None]) -> dict[str, Any]:
+        nonlocal phase
+        phase = on_phase
+        phase(f"loading {model}")
+        runner.executor_by_name = phased
+        result = runner.validate_network(model, executor, batch=batch, seed=seed,
+                                         tolerances=_tolerances_from_json(tolerances))  # fmt: skip
+        return result.to_json()
+
+    return traced_worker(trace, executor, phase, work)

@@ -23,6 +23,8 @@ from d5core.cli.options import db_option, json_option
 from d5core.cli.output import print_json
 from d5core.cli.tag_option import tag_option
 from d5core.errors import UsageError
+from d5core.trace.capture import traced_line
+from d5core.trace.options import trace_option
 
 if TYPE_CHECKING:
     from d5core.lv2.runner import TrainedRun
@@ -210,6 +212,7 @@ def _rank_argv(
     as_json: bool,
     metrics: Sequence[str] = (),
     tags: Sequence[str] = (),
+    trace: str | None = None,
 ) -> Callable[[int, Path], list[str]]:
     """The arguments each rank's ``d5`` runs, given the resolved seed and database."""
 
@@ -225,6 +228,7 @@ def _rank_argv(
             args += ["--metric", name]
         for tag in tags:
             args += ["--tag", tag]
+        args += ["--trace", trace] if trace is not None else []
         args += ["--json"] if as_json else []
         args += ["--global-batch"] if dist_args["global_batch"] else []
         return args
@@ -296,6 +300,7 @@ def _rank_argv(
     metavar="NAME",
     help="Also measure this installed metric (d5.metrics), without a threshold (repeatable).",
 )
+@trace_option
 @json_option
 @db_option
 @tag_option
@@ -314,6 +319,7 @@ def run(
     as_json: bool,
     db: str | Path | None,
     tags: tuple[str, ...],
+    trace: str | None,
 ) -> None:
     """Train under RECIPE (.toml or .py), store the run and check its METRICS thresholds.
 
@@ -333,7 +339,7 @@ def run(
         refused = {"--ranks": ranks is not None, "--scheme": scheme is not None,
                    "--communicator": communicator is not None,
                    "--scheme-option": bool(scheme_options), "--global-batch": global_batch,
-                   "--metric": bool(metrics)}  # fmt: skip
+                   "--metric": bool(metrics), "--trace": trace is not None}  # fmt: skip
         run_inference_command(recipe, sets=sets, seed=seed, repeat=repeat, as_json=as_json,
                               db=db, tags=tags, refused=refused)  # fmt: skip
         return
@@ -373,27 +379,30 @@ def run(
             ctx.communicator_name = communicator
         run_rank(ctx, recipe, sets, seed, dist_args, db=db,
                  on_run=lambda one: _report([one], as_json), metrics=metrics,
-                 tags=tags)  # fmt: skip
+                 tags=tags, trace=trace)  # fmt: skip
         return
     if ranks is not None and ranks > 1:
         if repeat > 1:
             raise UsageError("--repeat cannot be combined with --ranks")
         scheme_class(dist_args["scheme"])
         argv = _rank_argv(recipe, sets, ranks, dist_args, scheme_options, rank_timeout, as_json,
-                          metrics, tags)  # fmt: skip
+                          metrics, tags, trace)  # fmt: skip
         launch_ranks(recipe, sets, seed, ranks, dist_args, rank_timeout=rank_timeout, db=db,
                      rank_argv=argv, metrics=metrics, tags=tags,
-                     communicator=communicator)  # fmt: skip
+                     communicator=communicator, trace=trace)  # fmt: skip
         return
     if scheme is not None or scheme_options or global_batch:
         raise UsageError("--scheme, --scheme-option and --global-batch need --ranks N with N > 1")
     runs = run_recipe(recipe, sets, seed, repeat=repeat, db=db,
                       on_run=None if as_json else _echo_run, metrics=metrics,
-                      tags=tags)  # fmt: skip
+                      tags=tags, trace=trace)  # fmt: skip
     if as_json:
         print_json(_run_document(runs))
     elif repeat > 1:
         _echo_summary(runs)
+    if trace is not None and not as_json:
+        for one in runs:
+            click.echo(traced_line(one.run_id, trace))
     failure = first_threshold_failure(runs)
     if failure is not None:
         raise failure

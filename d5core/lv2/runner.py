@@ -20,6 +20,7 @@ from typing import Any
 
 from d5core.errors import CheckFailed, D5Error, UsageError
 from d5core.lv2.assembly import Prepared, prepare
+from d5core.trace.capture import traced_block
 
 __all__ = [
     "TrainedRun",
@@ -311,16 +312,51 @@ def begin_run(
 # -- one process ------------------------------------------------------------------------
 
 
+def _tracer(trace: str | None, process: str, rank: int | None = None) -> Any:
+    """The trace recorder of a traced run (``None`` untraced)."""
+    if trace is None:
+        return None
+    from d5core.trace.recorder import TraceRecorder
+
+    return TraceRecorder(trace, process, rank)
+
+
+def _gather_traces(comm: Any, tracer: Any, prep: Prepared) -> list[dict[str, Any]]:
+    """Every rank's trace document, on rank 0 (sent after training, so that none of it
+    is counted as the run's traffic); empty elsewhere and untraced."""
+    if tracer is None:
+        return []
+    import json
+
+    import numpy as np
+
+    document = tracer.document(kind="train", subjects=[prep.settings["executor"]],
+                               recipe=prep.recipe.name)  # fmt: skip
+    data = np.frombuffer(json.dumps(document, separators=(",", ":")).encode(), dtype=np.uint8)
+    parts = comm.gather(data, 0)
+    return [json.loads(bytes(part)) for part in parts] if parts else []
+
+
+def _keep_trace(store: Any, run_id: str, tracer: Any, prep: Prepared) -> None:
+    if tracer is not None:
+        from d5core.trace.capture import store_trace
+
+        store_trace(store, run_id, tracer, kind="train", subjects=[prep.settings["executor"]],
+                    recipe=prep.recipe.name)  # fmt: skip
+
+
 def train_one(
     store: Any,
     recipe: Any,
     seed: int,
     tags: Sequence[str] = (),
     extra: Mapping[str, Any] | None = None,
+    trace: str | None = None,
 ) -> TrainedRun:
     """Prepare, begin, train and finish one run of ``recipe`` (tagged ``tags``; ``extra``
     joins its config), its samples streamed into ``store`` as it goes, and check its
-    thresholds."""
+    thresholds. With ``trace`` (a level) the training is traced and the trace kept with
+    the run, even when the run fails."""
     from d5core.environment import capture_environment
     from d5core.lv2.assembly import import_before_clock
     from d5core.lv2.recipes import check_thresholds
@@ -331,14 +367,21 @@ def train_one(
     import_before_clock(recipe.settings())
     env = capture_environment(seeds={"recipe": seed})
     prep = Prepared(recipe, seed)
-    run_id = begin_run(store, prep, dict(extra or {}), env, tags)
+    config = dict(extra or {})
+    if trace is not None:
+        config["trace"] = trace
+    run_id = begin_run(store, prep, config, env, tags)
     recorder = RunRecorder(store, run_id)
     prep.trainer.on_progress = recorder
+    tracer = _tracer(trace, "d5 run")
     try:
-        result = prep.trainer.run()
+        with traced_block(tracer, prep.settings["executor"], bus=prep.trainer.bus):
+            result = prep.trainer.run()
     except BaseException as exc:
         recorder.abort(prep.trainer.curves, exc)
+        _keep_trace(store, run_id, tracer, prep)
         raise
+    _keep_trace(store, run_id, tracer, prep)
     values = metric_values(result, prep.selected_metrics)
     run = TrainedRun(prep, run_id, result, values, check_thresholds(prep.recipe, values))
     extra = {"stop_reason": result.stop_reason, "diverged_at": result.diverged_at}
@@ -397,11 +440,13 @@ def run_recipe(
     on_run: Callable[[TrainedRun], None] | None = None,
     metrics: Sequence[str] = (),
     tags: Sequence[str] = (),
+    trace: str | None = None,
 ) -> list[TrainedRun]:
     """Train under the recipe ``repeat`` times in this process, with seeds ``seed``,
     ``seed + 1``, ... (each run keeps a seed the recipe freezes), storing each run.
     ``metrics`` are installed metrics each run also measures, without a threshold
-    (``--metric``); every run is tagged ``tags`` (``--tag``).
+    (``--metric``); every run is tagged ``tags`` (``--tag``) and, with ``trace`` (a
+    level), traced.
 
     With ``repeat`` above 1, one unstored :func:`warm_up` run (the first repeat's seed)
     trains first, so that no repeat carries the process's one-time costs; each repeat
@@ -430,7 +475,7 @@ def run_recipe(
                 "repeat": {"index": index, "count": repeat, "warm_up": warmed.to_json()}
             }  # fmt: skip
             run = train_one(store, loaded, first_seed if frozen else first_seed + index, tags,
-                            extra)  # fmt: skip
+                            extra, trace)  # fmt: skip
             runs.append(run)
             if on_run is not None:
                 on_run(run)
@@ -469,8 +514,10 @@ def launch_ranks(
     metrics: Sequence[str] = (),
     tags: Sequence[str] = (),
     communicator: str | None = None,
+    trace: str | None = None,
 ) -> None:
-    """Check everything, begin the run (tagged ``tags``), launch ``ranks`` ranks under the
+    """Check everything, begin the run (tagged ``tags``; traced at level ``trace`` by
+    every rank when given), launch ``ranks`` ranks under the
     launcher of ``communicator`` (see :func:`~d5core.lv3.launch.chosen_communicator`)
     and watch them.
 
@@ -515,11 +562,12 @@ def launch_ranks(
 
     with StopSignals() as stop:
         with ResultsStore.open(db_path) as store:
-            run_id = begin_run(
-                store, prep,
-                {"distributed": distributed_config(prep, ranks, dist_args, communicator)}, None,
-                tags,
-            )  # fmt: skip
+            extra: dict[str, Any] = {
+                "distributed": distributed_config(prep, ranks, dist_args, communicator)
+            }
+            if trace is not None:
+                extra["trace"] = trace
+            run_id = begin_run(store, prep, extra, None, tags)
         try:
             outcome = launch(ranks, argv, rank_timeout=rank_timeout, run_id=run_id,
                              on_failure=mark_failed, stop=stop,
@@ -558,10 +606,12 @@ def run_rank(
     on_run: Callable[[TrainedRun], None],
     metrics: Sequence[str] = (),
     tags: Sequence[str] = (),
+    trace: str | None = None,
 ) -> None:
     """One rank, in place: train this rank's share; rank 0 stores the run (tagged
     ``tags`` when it begins it), calls ``on_run`` with it and raises the first failed
-    threshold.
+    threshold. With ``trace`` (a level) every rank traces its training and rank 0 keeps
+    each rank's trace with the run (``trace.rank<R>.json``; ``d5 trace`` merges them).
 
     ``ctx`` is the rank's :class:`~d5core.lv3.launch.RankContext`.
     """
@@ -584,10 +634,14 @@ def run_rank(
             run_id = os.environ.get(RUN_ID_ENV) or None
             if run_id is None:
                 with ResultsStore.open(db) as store:
-                    run_id = begin_run(store, prep, {"distributed": config}, None, tags)
+                    extra = {"distributed": config, **({"trace": trace} if trace else {})}
+                    run_id = begin_run(store, prep, extra, None, tags)
             ctx.write_run_id(run_id)
-        result = prep.trainer.run()
+        tracer = _tracer(trace, f"rank {ctx.rank}", ctx.rank)
+        with traced_block(tracer, prep.settings["executor"], bus=prep.trainer.bus):
+            result = prep.trainer.run()
         table = ctx.gather(ctx.rank_values(result))
+        traces = _gather_traces(used, tracer, prep)
         if ctx.rank != 0:
             return
         assert run_id is not None
@@ -611,6 +665,11 @@ def run_rank(
                                  unit="samples/s")  # fmt: skip
             selected = _record_selected(store, run_id, run)
             RunRecorder(store, run_id).finish(result, _figures(run), config=selected)
+            if traces:
+                from d5core.trace.capture import keep_document
+
+                for document in traces:
+                    keep_document(store, run_id, document)
         on_run(run)
         failure = first_threshold_failure([run])
         if failure is not None:

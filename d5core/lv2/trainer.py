@@ -476,6 +476,16 @@ class _Unpublished:
     batch_sizes: list[int] = field(default_factory=list)
     lrs: list[float] = field(default_factory=list)
     correct: list[int] = field(default_factory=list)
+    starts_ns: list[int] = field(default_factory=list)
+    data_t0_ns: list[int] = field(default_factory=list)
+    data_ns: list[int] = field(default_factory=list)
+
+    def timed(self, t0: float, data_t0_ns: int, data_ns: int) -> None:
+        """Keep when a step began (``t0``: :func:`time.perf_counter`) and its batch's
+        reading (as a published step's payload carries them)."""
+        self.starts_ns.append(int(t0 * 1e9))
+        self.data_t0_ns.append(data_t0_ns)
+        self.data_ns.append(data_ns)
 
 
 class Trainer:
@@ -646,14 +656,17 @@ class Trainer:
         """One optimisation step; returns (loss, batch size, seconds)."""
         if self.optimizer_path == NATIVE:
             return self._native_step(indices, step, epoch)
+        d0 = time.perf_counter_ns()
         x, y = self.train_set.batch(np.asarray(indices))
         x = self._transform(x)
         n = int(np.size(y))  # examples, or positions for sequence labels
         feeds = {self.input: x, "labels": np.asarray(y, dtype=self.label_dtype)}
+        data_ns = time.perf_counter_ns() - d0
         unpublished = self._unpublished
         t0 = time.perf_counter()
         if unpublished is None:
-            span = self.bus.span(TRAIN_STEP, level=_LEVEL, batch_size=n, step=step, epoch=epoch)
+            span = self.bus.span(TRAIN_STEP, level=_LEVEL, batch_size=n, step=step, epoch=epoch,
+                                 data_t0_ns=d0, data_ns=data_ns)  # fmt: skip
             with span as sp:
                 loss, correct, lr = self._numpy_work(feeds, y, step)
                 if correct is None:  # regression: nothing to count
@@ -662,6 +675,7 @@ class Trainer:
                     sp.set(loss=loss, correct=correct, count=n, lr=lr)
         else:
             loss, correct, lr = self._numpy_work(feeds, y, step)
+            unpublished.timed(t0, d0, data_ns)
             unpublished.batch_sizes.append(n)
             unpublished.lrs.append(lr)
             if correct is not None:
@@ -720,16 +734,19 @@ class Trainer:
         an argmax on the framework's logits, when a metric reads them (a metric with
         ``reads_correct``, such as ``training_accuracy``) and somebody reads the step.
         """
+        d0 = time.perf_counter_ns()
         x, y = self.train_set.batch(np.asarray(indices))
         if self.transforms is not None:
             x = self._transform(x)
+        data_ns = time.perf_counter_ns() - d0
         n = int(np.size(y))  # examples, or positions for sequence labels
         if not self._bound:
             self._bind()
         unpublished = self._unpublished
         t0 = time.perf_counter()
         if unpublished is None:
-            span = self.bus.span(TRAIN_STEP, level=_LEVEL, batch_size=n, step=step, epoch=epoch)
+            span = self.bus.span(TRAIN_STEP, level=_LEVEL, batch_size=n, step=step, epoch=epoch,
+                                 data_t0_ns=d0, data_ns=data_ns)  # fmt: skip
             with span as sp:
                 # a sync each step, when a metric reads the correct predictions per step
                 per_step = self._counting is None and self._reads_correct
@@ -741,6 +758,7 @@ class Trainer:
                     sp.set(loss=loss, correct=correct, count=n, lr=lr)
         else:
             loss, correct, lr = self._native_work(x, y, step, unpublished.host_counts)
+            unpublished.timed(t0, d0, data_ns)
             unpublished.batch_sizes.append(n)
             unpublished.lrs.append(lr)
             if correct is not None:
@@ -811,6 +829,9 @@ class Trainer:
             seconds=curves.step_times_s[start:],
             lrs=unpublished.lrs,
             correct=unpublished.correct if unpublished.host_counts else None,
+            starts_ns=unpublished.starts_ns,
+            data_t0_ns=unpublished.data_t0_ns,
+            data_ns=unpublished.data_ns,
         )
         self._unpublished = _Unpublished(
             unpublished.feed,

@@ -24,6 +24,7 @@ from d5core.cli.output import console
 from d5core.errors import UsageError
 from d5core.results.load import BUSY_LEGEND, BUSY_MARK, was_busy
 from d5core.results.store import ResultsStore, RunRecord
+from d5core.trace.marks import TRACED_LEGEND, TRACED_MARK, trace_level
 
 __all__ = [
     "by_keys",
@@ -149,6 +150,7 @@ def _table_row(
         "reached_target": sum(1 for t in ttas if t is not None),
         "run_ids": [r.id for r in members],
         "busy_runs": [r.id for r in members if was_busy(r.load_start, r.load_end)],
+        "traced_runs": [r.id for r in members if trace_level(r.config)],
         "time_to_accuracy": _json_safe(time_to_accuracy_summary(ttas))
         if with_target and ttas
         else None,
@@ -198,8 +200,8 @@ def print_training_table(
     ``d5_results_tables`` hook)."""
     import click
 
-    from d5core.cli.legend import print_legend
     from d5core.cli.output import print_json
+    from d5core.report.legend import print_legend
     from d5core.results.environments import environment_legend
 
     check_by(by)
@@ -219,6 +221,8 @@ def print_training_table(
         _print_table(by, out)
         if busy:
             console().print(BUSY_LEGEND, markup=False, highlight=False)
+        if any(row["traced_runs"] for row in out):
+            console().print(TRACED_LEGEND, markup=False, highlight=False)
     print_legend(legend, facts=not as_json)
 
 
@@ -235,6 +239,8 @@ def _runs_cell(row: Mapping[str, Any]) -> str:
     ]  # fmt: skip
     if row.get("busy_runs"):
         shown.append(f"{len(row['busy_runs'])} {BUSY_MARK}")
+    if row.get("traced_runs"):
+        shown.append(f"{len(row['traced_runs'])} {TRACED_MARK}")
     return f"{row['runs']}" + (f" ({', '.join(shown)})" if shown else "")
 
 

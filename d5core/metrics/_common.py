@@ -151,7 +151,9 @@ class StepBlock:
     learning rate ``lrs[i]`` in ``seconds[i]``, to a loss of ``losses[i]``. ``correct``
     holds each step's correct predictions when they were counted on the host, and is
     ``None`` when nobody counted them per step (the trainer's device counter reports
-    them with the end of the epoch instead).
+    them with the end of the epoch instead). ``starts_ns``, ``data_t0_ns`` and
+    ``data_ns`` (:func:`time.perf_counter_ns`) say when each step began and when and how
+    long its batch was read, where the publisher kept them (a trace draws them).
     """
 
     epoch: int
@@ -161,6 +163,9 @@ class StepBlock:
     seconds: Sequence[float]
     lrs: Sequence[float]
     correct: Sequence[int] | None = None
+    starts_ns: Sequence[int] | None = None
+    data_t0_ns: Sequence[int] | None = None
+    data_ns: Sequence[int] | None = None
 
     def __len__(self) -> int:
         return len(self.losses)

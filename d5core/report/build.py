@@ -297,7 +297,8 @@ def build_report(
 
     :param runs: the selected runs (:func:`d5core.report.selection.select_runs`).
     :param output: the HTML file the report will be written to; the figures' copies go
-        to the folder beside it (:func:`d5core.report.writer.figures_folder`).
+        to the folder beside it (:func:`d5core.report.writer.figures_folder`), the traces
+        of traced runs to ``traces/`` beside it (``<run id>.trace.json``).
     :param selection: how the runs were selected, as the user asked, for the page.
     :param figures: figure families to keep (``--figure``: key prefixes such as
         ``op-roofline``); all figures when empty.
@@ -353,6 +354,7 @@ def build_report(
                 )
                 continue
             rendered.append(RenderedFigure(d.figure, result.svg, result.files, d.plugin))
+        traces = _write_traces(store, report_runs, output, problems)
         spent["save"] = time.perf_counter() - started
 
     return ReportDocument(
@@ -363,4 +365,20 @@ def build_report(
         runs=tuple(report_runs),
         figures=tuple(rendered),
         problems=tuple(problems),
+        traces=traces,
     )
+
+
+def _write_traces(
+    store: ResultsStore, runs: Sequence[ReportRun], output: Path, problems: list[str]
+) -> dict[str, str]:
+    """Write the trace of every traced run of ``runs`` into the traces folder beside the
+    page (:mod:`d5core.trace.report_hooks`); the files' paths relative to the page, by
+    run id. What cannot be read or written is added to ``problems``."""
+    from d5core.trace.report_hooks import TRACES_FOLDER, write_report_traces
+
+    written, failed = write_report_traces(
+        store, [run.id for run in runs], output.parent / TRACES_FOLDER
+    )
+    problems.extend(failed)
+    return {run_id: f"{TRACES_FOLDER}/{path.name}" for run_id, path in written.items()}

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from d5core.results.load import load_difference, run_load_warnings, was_busy
 from d5core.results.store import MetricRecord, ResultsStore, RunRecord
+from d5core.trace.marks import trace_level
 
 if TYPE_CHECKING:
     from d5core.measure.fitness import ThreadCount
@@ -358,6 +359,12 @@ def _load_report(a: RunRecord, b: RunRecord) -> dict[str, Any]:
     differed = load_difference((a.load_start, a.load_end), (b.load_start, b.load_end))
     if differed:
         warnings.append(differed)
+    levels = [trace_level(run.config) for run in (a, b)]
+    if levels[0] != levels[1]:
+        warnings.append(
+            f"one run was traced and the other not, or at another level ({levels[0] or 'off'}"
+            f" against {levels[1] or 'off'}): a traced d5 run's times include the tracing"
+        )
 
     def loads(run: RunRecord) -> dict[str, Any]:
         return {

@@ -43,6 +43,8 @@ class ReportDocument:
     :param figures: the rendered figures in the order they are shown.
     :param problems: one line each: a plugin whose figures failed, a figure left out
         (a duplicate key), a section that could not be drawn.
+    :param traces: the trace file of each traced run, by run id: a path relative to the
+        HTML file (``traces/<run id>.trace.json``).
     """
 
     title: str
@@ -52,3 +54,4 @@ class ReportDocument:
     runs: tuple[ReportRun, ...]
     figures: tuple[RenderedFigure, ...]
     problems: tuple[str, ...] = field(default_factory=tuple)
+    traces: Mapping[str, str] = field(default_factory=dict)

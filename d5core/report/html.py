@@ -4,7 +4,8 @@
 that needs nothing else to be read: the style is inline, every figure is inline SVG,
 and nothing is fetched, so the file opens from disk without a network. Its parts, in
 order: a header (title, time, database, selection, d5 version), a warning when the
-runs come from more than one machine, the problems met while drawing, the runs, one
+runs come from more than one machine, the problems met while drawing, the runs (with
+links to the trace files of traced runs, written beside the page), one
 section per report section with its figures (title, notes, the figure, caption, links
 to its PNG and PDF copies, the numbers it draws), and the environment of every run.
 
@@ -30,6 +31,7 @@ from d5core._version import __version__
 from d5core.levels.report import REPORT_SECTIONS, ReportRun
 from d5core.report.document import RenderedFigure, ReportDocument
 from d5core.report.environment import environment_table, machines_warning, render_environment
+from d5core.trace.report_hooks import TRACE_SECTION
 
 __all__ = ["CONTENT_SECURITY_POLICY", "SECTION_TITLES", "render_html", "sanitize_svg"]
 
@@ -44,6 +46,7 @@ SECTION_TITLES: Mapping[str, str] = {
     "training": "Training (level 2)",
     "distributed": "Distributed (level 3)",
     "history": "History",
+    TRACE_SECTION: "Traces",
 }
 
 #: A figure's data shown as JSON is cut at this many characters (the page stays small
@@ -483,8 +486,44 @@ def _file_links(files: Mapping[str, str]) -> str:
     return f'<p class="figure-meta files">Files: {" · ".join(links)}</p>'
 
 
-def _figure(rendered: RenderedFigure, number: int) -> tuple[str, str | None]:
-    """A figure's HTML and, when its SVG could not be shown, the problem to report."""
+#: How to open a trace file, said beside every link to one (the page links nothing online).
+_TRACE_HOW = (
+    "a Chrome trace: open it in Perfetto (ui.perfetto.dev, &ldquo;Open trace file&rdquo;) "
+    "or in Chrome or Chromium at chrome://tracing (&ldquo;Load&rdquo;)"
+)
+
+
+def _trace_link(run_id: str, path: str) -> str:
+    """One line linking the trace file of ``run_id``, saying how to open it."""
+    href = _safe_href(path)
+    name = f"<code>{_e(path)}</code>"
+    link = f'<a class="trace-link" href="{_e(href)}">{name}</a>' if href else name
+    return (
+        f'<p class="figure-meta trace" data-run="{_e(run_id)}">Trace of run '
+        f"<code>{_e(run_id)}</code>: {link}, {_TRACE_HOW}.</p>"
+    )
+
+
+def _traces_list(traces: Mapping[str, str]) -> str:
+    """The runs' trace files, under the runs table; nothing when no run was traced."""
+    if not traces:
+        return ""
+    lines = "".join(_trace_link(run_id, path) for run_id, path in traces.items())
+    return (
+        f'<section id="traces-files"><h3>Trace files ({len(traces)})</h3>{lines}'
+        '<p class="figure-meta">Each file holds every rank and thread of its run on one '
+        "time base; the Traces section below draws one step of each.</p></section>"
+    )
+
+
+def _figure(
+    rendered: RenderedFigure, number: int, traces: Mapping[str, str] | None = None
+) -> tuple[str, str | None]:
+    """A figure's HTML and, when its SVG could not be shown, the problem to report.
+
+    :param traces: the trace files of traced runs, by run id: a figure of the
+        ``traces`` section links those of the runs it draws.
+    """
     fig = rendered.figure
     anchor = f"fig-{fig.key}"
     problem: str | None = None
@@ -507,10 +546,15 @@ def _figure(rendered: RenderedFigure, number: int) -> tuple[str, str | None]:
         + (f" from {_plural(len(runs), 'run')}: {run_text}" if runs else "")
         + f' · key <code>{_e(fig.key)}</code> · <a href="#{_e(anchor)}">link</a></p>'
     )
+    trace_links = ""
+    if traces and fig.section == TRACE_SECTION:
+        trace_links = "".join(
+            _trace_link(rid, traces[rid]) for rid in dict.fromkeys(runs) if rid in traces
+        )
     html = (
         f'<figure class="d5-figure" id="{_e(anchor)}" data-key="{_e(fig.key)}">'
         f"<h3>Figure {number}. {_e(fig.title)}</h3>{notes}{plot}{caption}"
-        f"{_file_links(rendered.files)}{meta}"
+        f"{_file_links(rendered.files)}{trace_links}{meta}"
         f"<details><summary>The numbers drawn</summary>{_data_view(fig.data)}</details>"
         "</figure>"
     )
@@ -558,7 +602,7 @@ def render_html(document: ReportDocument) -> str:
         parts = [f'<section class="report-section" id="{_e(anchor)}"><h2>{_e(heading)}</h2>']
         for rendered in figures:
             number += 1
-            html, problem = _figure(rendered, number)
+            html, problem = _figure(rendered, number, document.traces)
             parts.append(html)
             if problem:
                 problems.append(problem)
@@ -590,7 +634,7 @@ def render_html(document: ReportDocument) -> str:
         f"<title>{_e(document.title)}</title>"
         f"<style>{_CSS}</style></head>\n<body>"
         f"{_header(document)}{_machines_alert(runs)}{_problems(problems)}{nav}"
-        f"{_runs_table(runs)}{''.join(body)}{environment}"
+        f"{_runs_table(runs)}{_traces_list(document.traces)}{''.join(body)}{environment}"
         f"<footer>Made by d5 {_e(__version__)}. This page runs no script and loads "
         "nothing from the network.</footer>"
         "</body></html>\n"

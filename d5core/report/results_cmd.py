@@ -31,6 +31,7 @@ from d5core.errors import CheckFailed, UsageError
 from d5core.results.load import BUSY_LEGEND, BUSY_MARK, LoadAverage, run_load_warnings, was_busy
 from d5core.results.store import MeasurementRecord, RunRecord, read_store
 from d5core.results.tags import check_tag
+from d5core.trace.marks import TRACED_LEGEND, TRACED_MARK, trace_level
 
 if TYPE_CHECKING:
     from d5core.report.comparison import Comparison
@@ -133,8 +134,10 @@ def _busy(run: RunRecord) -> bool:
 
 
 def _status_cell(run: RunRecord) -> str:
-    """The run's status, with the busy-machine mark where it was measured on one."""
-    return _status(run.status) + (f" [bold yellow]{BUSY_MARK}[/]" if _busy(run) else "")
+    """The run's status, with the busy-machine mark where it was measured on one and the
+    traced mark where it was traced."""
+    traced = f" [bold cyan]{TRACED_MARK}[/]" if trace_level(run.config) else ""
+    return _status(run.status) + (f" [bold yellow]{BUSY_MARK}[/]" if _busy(run) else "") + traced
 
 
 def _load_text(run: RunRecord) -> str:
@@ -229,6 +232,8 @@ def list_runs(
     console().print(table)
     if any(_busy(r) for r in runs):
         console().print(BUSY_LEGEND, markup=False, highlight=False)
+    if any(trace_level(r.config) for r in runs):
+        console().print(TRACED_LEGEND, markup=False, highlight=False)
 
 
 def _known_tags_hint(tag: str | None, known: Mapping[str, int]) -> str:
@@ -372,6 +377,12 @@ def show_run(run: str, samples: bool, as_json: bool, db: str | Path | None) -> N
     out.print("config " + json.dumps(record.config, default=str), markup=False, highlight=False)
     if record.tags:
         out.print("tags   " + ", ".join(record.tags), markup=False, highlight=False)
+    level = trace_level(record.config)
+    if level:
+        out.print(
+            f"{TRACED_MARK} at level {level}: d5 trace {record.id} -o trace.json, or --top 15",
+            style="bold cyan", markup=False, highlight=False,
+        )  # fmt: skip
     if record.error:
         out.print(f"error  {record.error}", markup=False)
     out.print("environment", style="bold")

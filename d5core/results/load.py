@@ -55,7 +55,6 @@ BUSY_LEGEND = (
     "so measure it again on a quiet machine before trusting it"
 )
 
-
 @dataclass(frozen=True)
 class LoadAverage:
     """The 1-, 5- and 15-minute load averages and the machine's logical core count."""

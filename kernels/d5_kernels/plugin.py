@@ -1,5 +1,6 @@
 """The plugin module of d5-kernels: what it records about the environment, the threads it
-uses, and a fitness check that runs a small product through the compiled GEMM.
+uses, a fitness check that runs a small product through the compiled GEMM, and the
+profiler of a traced run (the kernels' own regions).
 
 Nothing is imported at module level but d5's API: ``d5 list-plugins`` loads this module,
 and the compiled extension imports numpy. Each hook imports what it needs."""
@@ -7,13 +8,26 @@ and the compiled extension imports numpy. Each hook imports what it needs."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from d5core.api import hookimpl
 
-__all__ = ["d5_environment_info", "d5_plugin_api", "d5_plugin_check", "d5_thread_settings"]
+if TYPE_CHECKING:
+    from d5core.api import TraceProfiler
 
-d5_plugin_api = ">=1.7,<2"
+__all__ = [
+    "BACKEND_NAMES",
+    "d5_environment_info",
+    "d5_plugin_api",
+    "d5_plugin_check",
+    "d5_thread_settings",
+    "d5_trace_profiler",
+]
+
+d5_plugin_api = ">=1.12,<2"
+
+#: The names d5-kernels' backend is registered under (its ``d5.operators`` entry points).
+BACKEND_NAMES = frozenset({"native"})
 
 
 @hookimpl
@@ -55,3 +69,14 @@ def d5_plugin_check() -> list[str]:
     if y.tolist() != [[5.0, 14.0], [14.0, 50.0]]:
         return [f"d5-kernels' GEMM ({runtime.isa()}) computed a wrong 2x3 matrix product"]
     return []
+
+
+@hookimpl
+def d5_trace_profiler(executor: str, level: str, subject: object) -> TraceProfiler | None:
+    """The kernels' tracer for a traced run of the native backend; ``None`` for any
+    other executor."""
+    if executor not in BACKEND_NAMES:
+        return None
+    from d5_kernels.trace import NativeTraceProfiler
+
+    return NativeTraceProfiler()

@@ -5,6 +5,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <optional>
@@ -15,6 +16,7 @@
 #include "gemm.h"
 #include "isa.h"
 #include "ops.h"
+#include "trace.h"
 #include "transformer.h"
 
 namespace py = pybind11;
@@ -155,6 +157,7 @@ void gemm_batched(const py::array& a, const py::array& b, py::array& y, double a
         const T* ad = static_cast<const T*>(a.data());
         const T* bd = static_cast<const T*>(b.data());
         py::gil_scoped_release release;
+        D5K_TRACE(gemm_batched);
         for (long i = 0; i < batch; ++i)
             d5k::gemm<T>(m, n, k, static_cast<T>(alpha),
                          {ad + i * (a.strides(0) / e), a.strides(1) / e, a.strides(2) / e},
@@ -254,6 +257,7 @@ void max_pool_forward(const py::array& x, py::array& y, std::optional<py::array>
             I = static_cast<std::int64_t*>(indices->mutable_data());
         }
         py::gil_scoped_release release;
+        D5K_TRACE(max_pool_forward);
         d5k::max_pool_forward<T>(X, Y, I, x.shape(0) * x.shape(1), x.shape(2), x.shape(3), g,
                                  storage_order);
     });
@@ -269,6 +273,7 @@ void max_pool_backward(const py::array& x, const py::array& dy, py::array& dx,
         same_shape(x, dx, "dX");
         const Window2d g = pool_window(x, dy, params);
         py::gil_scoped_release release;
+        D5K_TRACE(max_pool_backward);
         d5k::max_pool_backward<T>(X, DY, DX, x.shape(0) * x.shape(1), x.shape(2), x.shape(3), g);
     });
 }
@@ -281,6 +286,7 @@ void avg_pool_forward(const py::array& x, py::array& y, const std::array<long, 1
         T* Y = out<T>(y, "Y", 4);
         const Window2d g = pool_window(x, y, params);
         py::gil_scoped_release release;
+        D5K_TRACE(avg_pool_forward);
         d5k::avg_pool_forward<T>(X, Y, x.shape(0) * x.shape(1), x.shape(2), x.shape(3), g,
                                  count_include_pad);
     });
@@ -294,6 +300,7 @@ void avg_pool_backward(const py::array& dy, py::array& dx, const std::array<long
         T* DX = out<T>(dx, "dX", 4);
         const Window2d g = pool_window(dx, dy, params);
         py::gil_scoped_release release;
+        D5K_TRACE(avg_pool_backward);
         d5k::avg_pool_backward<T>(DY, DX, dx.shape(0) * dx.shape(1), dx.shape(2), dx.shape(3), g,
                                   count_include_pad);
     });
@@ -306,6 +313,7 @@ void relu_forward(const py::array& x, py::array& y) {
         T* Y = out<T>(y, "Y");
         same_shape(x, y, "Y");
         py::gil_scoped_release release;
+        D5K_TRACE(relu_forward);
         d5k::relu_forward<T>(X, Y, x.size());
     });
 }
@@ -319,6 +327,7 @@ void relu_backward(const py::array& x, const py::array& dy, py::array& dx) {
         same_shape(x, dy, "dY");
         same_shape(x, dx, "dX");
         py::gil_scoped_release release;
+        D5K_TRACE(relu_backward);
         d5k::relu_backward<T>(X, DY, DX, x.size());
     });
 }
@@ -336,6 +345,7 @@ void softmax_forward(const py::array& x, py::array& y, long outer, long axis, lo
         same_shape(x, y, "Y");
         check_lines(x, outer, axis, inner);
         py::gil_scoped_release release;
+        D5K_TRACE(softmax_forward);
         d5k::softmax_forward<T>(X, Y, outer, axis, inner);
     });
 }
@@ -351,6 +361,7 @@ void softmax_backward(const py::array& y, const py::array& dy, py::array& dx, lo
         same_shape(y, dx, "dX");
         check_lines(y, outer, axis, inner);
         py::gil_scoped_release release;
+        D5K_TRACE(softmax_backward);
         d5k::softmax_backward<T>(Y, DY, DX, outer, axis, inner);
     });
 }
@@ -382,6 +393,7 @@ void batch_norm_forward(const py::array& x, const py::array& scale, const py::ar
         T* RV = out_opt<T>(running_var, "running_var", c);
         if (training && (RM == nullptr || RV == nullptr)) bad("training needs the running statistics' outputs");
         py::gil_scoped_release release;
+        D5K_TRACE(batch_norm_forward);
         d5k::batch_norm_forward<T>(X, S, B, M, V, Y, RM, RV, n, c, s, epsilon, momentum, training);
     });
 }
@@ -411,6 +423,7 @@ void batch_norm_backward(const py::array& x, const py::array& scale, const py::a
         T* DM = out_opt<T>(outs[2], "dmean", c);
         T* DV = out_opt<T>(outs[3], "dvar", c);
         py::gil_scoped_release release;
+        D5K_TRACE(batch_norm_backward);
         d5k::batch_norm_backward<T>(X, S, M, V, DY, RM, RV, DX, DS, DB, DM, DV, n, c, s, epsilon,
                                     momentum, training);
     });
@@ -442,6 +455,7 @@ void layer_norm_forward(const py::array& x, const py::array& scale,
         T* I = out<T>(inv_std, "InvStdDev");
         check_size(inv_std, "InvStdDev", rows);
         py::gil_scoped_release release;
+        D5K_TRACE(layer_norm_forward);
         d5k::layer_norm_forward<T>(X, S, B, Y, M, I, rows, width, epsilon);
     });
 }
@@ -473,6 +487,7 @@ void layer_norm_backward(const py::array& x, const py::array& scale, const py::a
         check_size(dscale, "dScale", width);
         T* DB = out_opt<T>(dbias, "dB", width);
         py::gil_scoped_release release;
+        D5K_TRACE(layer_norm_backward);
         d5k::layer_norm_backward<T>(X, S, M, I, DY, DM, DI, DX, DS, DB, rows, width);
     });
 }
@@ -484,6 +499,7 @@ void erf_forward(const py::array& x, py::array& y) {
         T* Y = out<T>(y, "Y");
         same_shape(x, y, "Y");
         py::gil_scoped_release release;
+        D5K_TRACE(erf_forward);
         d5k::erf_forward<T>(X, Y, x.size());
     });
 }
@@ -497,6 +513,7 @@ void erf_backward(const py::array& x, const py::array& dy, py::array& dx) {
         same_shape(x, dy, "dY");
         same_shape(x, dx, "dX");
         py::gil_scoped_release release;
+        D5K_TRACE(erf_backward);
         d5k::erf_backward<T>(X, DY, DX, x.size());
     });
 }
@@ -508,6 +525,7 @@ void gelu_forward(const py::array& x, py::array& y, bool tanh_form) {
         T* Y = out<T>(y, "Y");
         same_shape(x, y, "Y");
         py::gil_scoped_release release;
+        D5K_TRACE(gelu_forward);
         d5k::gelu_forward<T>(X, Y, x.size(), tanh_form);
     });
 }
@@ -521,6 +539,7 @@ void gelu_backward(const py::array& x, const py::array& dy, py::array& dx, bool 
         same_shape(x, dy, "dY");
         same_shape(x, dx, "dX");
         py::gil_scoped_release release;
+        D5K_TRACE(gelu_backward);
         d5k::gelu_backward<T>(X, DY, DX, x.size(), tanh_form);
     });
 }
@@ -551,6 +570,7 @@ void gather_forward(const py::array& data, const py::array& indices, py::array& 
         check_size(y, "Y", outer * count * inner);
         const std::int64_t* I = gather_indices(indices, axis);
         py::gil_scoped_release release;
+        D5K_TRACE(gather_forward);
         d5k::gather_forward<T>(D, I, Y, outer, axis, inner, count);
     });
 }
@@ -567,6 +587,7 @@ void gather_backward(const py::array& indices, const py::array& dy, py::array& d
         check_size(dy, "dY", outer * count * inner);
         const std::int64_t* I = gather_indices(indices, axis);
         py::gil_scoped_release release;
+        D5K_TRACE(gather_backward);
         d5k::gather_backward<T>(I, DY, DX, outer, axis, inner, count);
     });
 }
@@ -597,6 +618,35 @@ double peak_gflops(const std::string& isa_name, const std::string& dtype, double
     return d5k::peak_gflops(isa, dtype == "float64" ? 8 : 4, seconds);
 }
 
+// Start the kernels' tracer (see trace.h), forgetting what an earlier trace left.
+void trace_start() {
+    py::gil_scoped_release release;
+    d5k::trace::start();
+}
+
+// Stop the tracer: ([(name, tid, begin_ns, end_ns), ...] in order of begin, dropped).
+py::tuple trace_stop() {
+    std::uint64_t dropped = 0;
+    std::vector<d5k::trace::Event> events;
+    {
+        py::gil_scoped_release release;
+        events = d5k::trace::stop(dropped);
+        std::sort(events.begin(), events.end(), [](const auto& a, const auto& b) {
+            return a.begin_ns < b.begin_ns || (a.begin_ns == b.begin_ns && a.end_ns > b.end_ns);
+        });
+    }
+    std::vector<py::str> names;  // one Python string per name, shared by its events
+    for (int i = 0; i < static_cast<int>(d5k::trace::Name::count_); ++i)
+        names.emplace_back(d5k::trace::name_text(static_cast<d5k::trace::Name>(i)));
+    py::list out(events.size());
+    for (std::size_t i = 0; i < events.size(); ++i) {
+        const auto& e = events[i];
+        out[i] = py::make_tuple(names[static_cast<std::size_t>(e.name)], e.tid, e.begin_ns,
+                                e.end_ns);
+    }
+    return py::make_tuple(std::move(out), dropped);
+}
+
 std::string compiler() {
 #if defined(__clang__)
     return "clang " __clang_version__;
@@ -619,6 +669,11 @@ PYBIND11_MODULE(_native, m) {
     m.def("set_num_threads", &d5k::set_max_threads, py::arg("n"));
     m.def("openmp_version", [] { return static_cast<long>(_OPENMP); });
     m.def("compiler", &compiler);
+    m.def("trace_start", &trace_start);
+    m.def("trace_stop", &trace_stop);
+    m.def("trace_active", [] { return d5k::trace::on(); });
+    m.def("trace_now_ns", &d5k::trace::now_ns);
+    m.def("trace_capacity", [] { return d5k::trace::kCapacity; });
     m.def("blocking", &blocking, py::arg("isa"), py::arg("dtype"));
     m.def("peak_gflops", &peak_gflops, py::arg("isa"), py::arg("dtype"), py::arg("seconds"));
     m.def("gemm", &gemm, py::arg("a"), py::arg("b"), py::arg("y"), py::arg("alpha"),

@@ -20,6 +20,7 @@
 #include "gemm.h"
 #include "ops.h"
 #include "scratch.h"
+#include "trace.h"
 
 namespace d5k {
 
@@ -129,11 +130,13 @@ template <typename T>
 void conv2d_forward(const T* x, const T* w, const T* bias, T* y, long n, long c, long h,
                     long wd, long m, long group, const Window2d& g) {
     if (forward_choice<T>(c, h, wd, m, group, g) == Forward::direct) {
+        D5K_TRACE(conv_direct);
         conv2d_direct(x, w, bias, y, n, c, h, wd, m, group, g);
         return;
     }
     const long cg = c / group, mg = m / group, kdim = cg * g.kh * g.kw, p = g.oh * g.ow;
     const bool direct = is_pointwise(g, h, wd);
+    const trace::Region whole(direct ? trace::Name::conv_planes : trace::Name::conv_im2col);
     const long jobs = n * group;
     const bool parallel = jobs_in_parallel(jobs);
     auto job = [&](long index, int threads) {
@@ -150,7 +153,10 @@ void conv2d_forward(const T* x, const T* w, const T* bias, T* y, long n, long c,
             T* buf = cols_scratch.get<T>(kdim * chunk);
             for (long p0 = 0; p0 < p; p0 += chunk) {
                 const long p1 = std::min(p, p0 + chunk);
-                im2col(xs, cg, h, wd, g, p0, p1, buf);
+                {
+                    D5K_TRACE(conv_im2col_pack);
+                    im2col(xs, cg, h, wd, g, p0, p1, buf);
+                }
                 gemm<T>(mg, p1 - p0, kdim, T(1), wg, {buf, p1 - p0, 1}, T(0), ys + p0, p, threads);
             }
         }
@@ -172,6 +178,7 @@ void conv2d_forward(const T* x, const T* w, const T* bias, T* y, long n, long c,
 template <typename T>
 void conv2d_backward(const T* x, const T* w, const T* dy, T* dx, T* dw, T* db, long n, long c,
                      long h, long wd, long m, long group, const Window2d& g) {
+    D5K_TRACE(conv_backward);
     const long cg = c / group, mg = m / group, kdim = cg * g.kh * g.kw, p = g.oh * g.ow;
     const long wsize = m * kdim;
     const bool direct = is_pointwise(g, h, wd);
@@ -189,6 +196,7 @@ void conv2d_backward(const T* x, const T* w, const T* dy, T* dx, T* dw, T* db, l
         const T* cols = xs;
         if (!direct) {
             T* buf = cols_scratch.get<T>(kdim * p);
+            D5K_TRACE(conv_im2col_pack);
             im2col(xs, cg, h, wd, g, 0, p, buf);
             cols = buf;
         }
@@ -202,6 +210,7 @@ void conv2d_backward(const T* x, const T* w, const T* dy, T* dx, T* dw, T* db, l
         } else {
             T* dcols = dcols_scratch.get<T>(kdim * p);
             gemm<T>(kdim, p, mg, T(1), wt, {dys, p, 1}, T(0), dcols, p, threads);
+            D5K_TRACE(conv_col2im);
             col2im(dcols, cg, h, wd, g, dxs);
         }
     };

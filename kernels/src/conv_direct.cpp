@@ -10,6 +10,7 @@
 #include "gemm.h"
 #include "isa.h"
 #include "scratch.h"
+#include "trace.h"
 
 namespace d5k {
 
@@ -170,6 +171,7 @@ void pack_block(const DirectKernels<T>& k, const T* w, const Cuts& u, long gi, l
 // All of W to [group][chunk][tap][C/group][G], once per call.
 template <typename T>
 void pack_weights(const DirectKernels<T>& k, const T* w, long group, const Cuts& u, T* wp) {
+    D5K_TRACE(conv_direct_pack);
     const long per_chunk = u.taps * u.cg * u.G;
     const long jobs = group * u.chunks;
     const bool big = jobs > 1 && per_chunk * jobs > 8192;
@@ -221,6 +223,7 @@ template <typename T>
 void direct_job(const DirectKernels<T>& k, const Cuts& u, const T* x, const T* w, const T* wp,
                 const T* bias, T* y, long c, long h, long wd, long m, const Window2d& g, long n0,
                 long n1, long gi, long j, long r0, long r1) {
+    D5K_TRACE(conv_direct_job);
     const long ow = g.ow, G = u.G, plane = h * wd;
     const long pixels = (r1 - r0) * ow;  // per image
     T* ob = out_scratch.get<T>((n1 - n0) * pixels * G);

@@ -23,6 +23,7 @@
 
 #include "gemm_kernels.h"
 #include "scratch.h"
+#include "trace.h"
 
 namespace d5k {
 
@@ -166,10 +167,17 @@ void gemm_blocked(const Kernel<T>& kn, long M, long N, long K, T alpha, Matrix<T
         for (long pc = 0; pc < K; pc += bl.kc) {
             const long kc = std::min<long>(bl.kc, K - pc);
             const T beta_now = pc == 0 ? beta : T(1);
-            pack_b(kc, nc, B.data + pc * B.rs + jc * B.cs, B.rs, B.cs, nr, bp);
+            {
+                D5K_TRACE(gemm_pack_b);
+                pack_b(kc, nc, B.data + pc * B.rs + jc * B.cs, B.rs, B.cs, nr, bp);
+            }
             for (long ic = 0; ic < M; ic += bl.mc) {
                 const long mc = std::min<long>(bl.mc, M - ic);
-                pack_a(mc, kc, A.data + ic * A.rs + pc * A.cs, A.rs, A.cs, mr, ap);
+                {
+                    D5K_TRACE(gemm_pack_a);
+                    pack_a(mc, kc, A.data + ic * A.rs + pc * A.cs, A.rs, A.cs, mr, ap);
+                }
+                D5K_TRACE(gemm_macro);
                 for (long jr = 0; jr < nc; jr += nr) {
                     const int cols = static_cast<int>(std::min<long>(nr, nc - jr));
                     const T* bpanel = bp + jr * kc;
@@ -263,7 +271,11 @@ void gemm_sup(const Kernel<T>& kn, long M, long N, long K, T alpha, Matrix<T> A,
     for (long pc = 0; pc < K; pc += kc_step) {
         const long kc = std::min(kc_step, K - pc);
         const T beta_now = pc == 0 ? beta : T(1);
-        pack_b_sup(kc, N, B.data + pc * B.rs, B.rs, B.cs, nr, kn.lanes, bp);
+        {
+            D5K_TRACE(gemm_pack_b);
+            pack_b_sup(kc, N, B.data + pc * B.rs, B.rs, B.cs, nr, kn.lanes, bp);
+        }
+        D5K_TRACE(gemm_macro);
         for (long ir = 0; ir < M; ir += mr) {
             const int rows = static_cast<int>(std::min<long>(mr, M - ir));
             const T* a = A.data + ir * A.rs + pc * A.cs;
@@ -292,6 +304,7 @@ enum class Path { blocked, sup };
 template <typename T>
 void gemm_slab(const Kernel<T>& kn, Path path, long M, long N, long K, T alpha, Matrix<T> A,
                Matrix<T> B, T beta, T* Y, std::ptrdiff_t ldy) {
+    D5K_TRACE(gemm_slab);
     switch (path) {
         case Path::sup: gemm_sup(kn, M, N, K, alpha, A, B, beta, Y, ldy); break;
         default: gemm_blocked(kn, M, N, K, alpha, A, B, beta, Y, ldy);
@@ -310,6 +323,7 @@ template <typename T>
 void gemm(long M, long N, long K, T alpha, Matrix<T> A, Matrix<T> B, T beta, T* Y,
           std::ptrdiff_t ldy, int threads) {
     if (M <= 0 || N <= 0) return;
+    D5K_TRACE(gemm);
     if (K <= 0 || alpha == T(0)) {
         scale_rows(M, N, beta, Y, ldy);
         return;

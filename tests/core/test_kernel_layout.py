@@ -15,7 +15,7 @@ import d5core
 
 ROOT = Path(d5core.__file__).parent
 #: The internal plugin packages, and the two that are neither kernel nor level.
-LEVELS = ("lv0", "lv1", "lv2", "lv3", "loadgen", "report", "teamstore")
+LEVELS = ("lv0", "lv1", "lv2", "lv3", "loadgen", "report", "teamstore", "trace")
 NOT_KERNEL = (*LEVELS, "onnx", "testing")
 KERNEL_BUDGET = 16_000
 STORE_CALLS = re.compile(

@@ -108,3 +108,29 @@ def _noise_floor_without_calibrating(monkeypatch: pytest.MonkeyPatch) -> None:
     ``D5_NOISE_FLOOR`` here, so that no test runs a calibration first (the automatic
     calibration has its own tests in tests/core/test_noise.py and test_bench_processes.py)."""
     monkeypatch.setenv("D5_NOISE_FLOOR", "0.03")
+
+
+def find_chromium() -> str | None:
+    """The Chromium (or Chrome) executable on ``PATH``, or ``None``."""
+    return (
+        shutil.which("chromium")
+        or shutil.which("chromium-browser")
+        or shutil.which("google-chrome")
+    )
+
+
+@pytest.fixture(scope="session")
+def chromium() -> str:
+    """Chromium, for the real-browser checks of ``d5 report``: skipped where it is not
+    installed, failed under ``CI=true`` (CI installs it)."""
+    found = find_chromium()
+    if found is None:
+        reason = (
+            "no Chromium on PATH (looked for chromium, chromium-browser, google-chrome): "
+            "install it to run the real-browser checks of `d5 report`, e.g. "
+            "`apt-get install -y chromium` on Debian or Ubuntu"
+        )
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"{reason}; under CI this check must run", pytrace=False)
+        pytest.skip(reason)
+    return found

@@ -175,7 +175,9 @@ def test_every_hook_fires_in_a_demo_like_flow(tmp_path, monkeypatch) -> None:
     d5("validate", "op", "Relu", "--backend", "custom", "--shape", "6x5", "--db", str(db))
     d5("bench", "op", "Relu", "--backends", "custom", "--suite", "spy-suite", *tiny,
        "--db", str(db))  # fmt: skip
-    d5("bench", "net", "spy-mlp", "--executors", "numpy", "--batch", "4", *tiny, "--db", str(db))
+    # traced: the framework profiler hook is asked for the executor
+    d5("bench", "net", "spy-mlp", "--executors", "numpy", "--batch", "4", *tiny, "--db", str(db),
+       "--trace", "framework")  # fmt: skip
     d5("validate", "net", "spy-mlp", "--executor", "numpy", "--db", str(db))
     d5("run", str(recipe), "--metric", "peak_memory", "--db", str(db))  # the memory hooks
     d5("report", "--last", "3", "--formats", "none", "--db", str(db),

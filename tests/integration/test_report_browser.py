@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from html.parser import HTMLParser
@@ -29,30 +28,6 @@ SCRIPT = "<script>alert(1)</script>"
 QUOTES = "he said \"hi\" & 'bye'"
 #: How long one browser call may take (a cold start on a loaded CI machine is slow).
 BROWSER_TIMEOUT_S = 120
-
-
-def find_chromium() -> str | None:
-    """The Chromium (or Chrome) executable on ``PATH``, or ``None``."""
-    return (
-        shutil.which("chromium")
-        or shutil.which("chromium-browser")
-        or shutil.which("google-chrome")
-    )
-
-
-@pytest.fixture(scope="module")
-def chromium() -> str:
-    found = find_chromium()
-    if found is None:
-        reason = (
-            "no Chromium on PATH (looked for chromium, chromium-browser, google-chrome): "
-            "install it to run the real-browser check of `d5 report`, e.g. "
-            "`apt-get install -y chromium` on Debian or Ubuntu"
-        )
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"{reason}; under CI this check must run", pytrace=False)
-        pytest.skip(reason)
-    return found
 
 
 def d5(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:

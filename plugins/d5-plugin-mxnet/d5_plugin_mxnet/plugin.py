@@ -15,12 +15,15 @@ from __future__ import annotations
 import sys
 from collections.abc import Mapping
 from importlib import metadata
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from d5_plugin_mxnet import _mx
 from d5core.api import PluginError, hookimpl
 
-d5_plugin_api = ">=1.7,<2"
+if TYPE_CHECKING:
+    from d5core.api import TraceProfiler
+
+d5_plugin_api = ">=1.12,<2"
 
 _problem = _mx.numpy_problem()
 if _problem:
@@ -91,3 +94,13 @@ def d5_custom_op_glue() -> Any:
     from d5_plugin_mxnet.custom_op import MXNetCustomOpGlue
 
     return MXNetCustomOpGlue()
+
+
+@hookimpl
+def d5_trace_profiler(executor: str, level: str) -> TraceProfiler | None:
+    """MXNet's profiler for a traced run of the executor or operator backend ``mxnet``
+    (its operators, and its memory counters at level ``full``); ``None`` for any other
+    executor. Creating it imports nothing; ``start()`` imports MXNet."""
+    from d5_plugin_mxnet.trace import EXECUTORS, MXNetTraceProfiler
+
+    return MXNetTraceProfiler(level) if executor in EXECUTORS else None

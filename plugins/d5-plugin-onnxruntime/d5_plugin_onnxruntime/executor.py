@@ -352,10 +352,7 @@ class OnnxRuntimeExecutor(GraphExecutor):
         """
         prepared = self._check_feeds(feeds)
         with tempfile.TemporaryDirectory(prefix="d5-ort-profile-") as tmp:
-            options = default_session_options(self.session_options.intra_op_num_threads)
-            options.enable_profiling = True
-            options.profile_file_prefix = os.path.join(tmp, "profile")
-            session = self._create_session(self._providers, options)
+            session = self.profiling_session(os.path.join(tmp, "profile"))
             try:
                 for _ in range(repeats + 1):
                     session.run(self.output_names, prepared)
@@ -363,6 +360,19 @@ class OnnxRuntimeExecutor(GraphExecutor):
                 raise UsageError(f"onnxruntime could not run the model: {_one_line(exc)}") from None
             events = json.loads(Path(session.end_profiling()).read_text())
         return profile_runs(events)[1:]
+
+    def profiling_session(self, prefix: str) -> ort.InferenceSession:
+        """A new session like :attr:`session` (same model, providers and threads) with
+        ONNX Runtime's profiler on from its creation; ``end_profiling()`` writes the
+        profile to ``<prefix>_<date and time>.json`` and returns its path.
+
+        The executor's own session is left alone: a caller that wants the executor's
+        runs profiled puts this one in :attr:`session` before preparing them.
+        """
+        options = default_session_options(self.session_options.intra_op_num_threads)
+        options.enable_profiling = True
+        options.profile_file_prefix = prefix
+        return self._create_session(self._providers, options)
 
     def inference_and_backprop(
         self, feeds: Mapping[str, np.ndarray], loss: str

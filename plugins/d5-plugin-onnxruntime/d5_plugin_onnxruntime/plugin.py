@@ -8,13 +8,22 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from d5core.api import hookimpl
 
-__all__ = ["d5_environment_info", "d5_plugin_api", "d5_plugin_check", "d5_thread_settings"]
+if TYPE_CHECKING:
+    from d5core.api import TraceProfiler
 
-d5_plugin_api = ">=1.1,<2"
+__all__ = [
+    "d5_environment_info",
+    "d5_plugin_api",
+    "d5_plugin_check",
+    "d5_thread_settings",
+    "d5_trace_profiler",
+]
+
+d5_plugin_api = ">=1.12,<2"
 
 
 @hookimpl
@@ -72,3 +81,16 @@ def d5_plugin_check() -> list[str]:
     if not np.array_equal(out, np.array([[5.0, 14.0], [14.0, 50.0]], dtype=np.float32)):
         return [f"onnxruntime {ort.__version__} computed a wrong 2x3 matrix product"]
     return []
+
+
+@hookimpl
+def d5_trace_profiler(executor: str, level: str, subject: object) -> TraceProfiler | None:
+    """ONNX Runtime's profiler when ``subject`` is the ``onnxruntime`` executor about to
+    be traced; ``None`` otherwise, a training run included (ONNX Runtime profiles a
+    session, so there is nothing to profile without the executor). Never imports
+    onnxruntime."""
+    if executor != "onnxruntime":
+        return None
+    from d5_plugin_onnxruntime.trace import profiler_for
+
+    return profiler_for(subject, level)

@@ -71,6 +71,7 @@ from d5_plugin_tensorflow.graph.layout import VariableLayout, flat_weight_layout
 from d5_plugin_tensorflow.graph.nodes import CONSTANT_OPS, Translator
 from d5_plugin_tensorflow.graph.profile import NodeTimes, profile_calls
 from d5_plugin_tensorflow.graph.program import Program, node_of_op
+from d5_plugin_tensorflow.trace import active as trace_active
 from d5core.api import END, GRAPH_NODE, GraphExecutor, NativeTraining, UsageError, get_bus
 from d5core.onnx import GraphView, constant_value, graph_view
 
@@ -524,8 +525,8 @@ class TensorFlowExecutor(GraphExecutor, NativeTraining):
         call = self._call
 
         def run() -> dict[str, Any]:
-            if get_bus().wants(_NODE_END):
-                return dict(zip(names, self._publish_profiled(concrete, args)[0], strict=True))
+            if get_bus().wants(_NODE_END) and not trace_active():
+                return dict(zip(names, self._publish_profiled(concrete, args), strict=True))
             return dict(zip(names, call(concrete, args), strict=True))
 
         if self.jit_compile:
@@ -544,7 +545,7 @@ class TensorFlowExecutor(GraphExecutor, NativeTraining):
         call, keep = self._call, self._keep_stats
 
         def step() -> tuple[dict[str, Any], tuple[Any, ...]]:
-            if get_bus().wants(_NODE_END):
+            if get_bus().wants(_NODE_END) and not trace_active():
                 outs, grads, stats = self._publish_profiled(concrete, args)
             else:
                 outs, grads, stats = call(concrete, args)

@@ -3,7 +3,8 @@
 Nothing here imports TensorFlow (its import takes seconds): listing plugins, recording
 the environment and checking the machine's fitness must not pay for it. Hooks that
 report on TensorFlow's state answer fully only once the measured work has imported it;
-``d5_plugin_check`` is the one hook that imports it, to run a product.
+``d5_plugin_check`` imports it to run a product, and ``d5_trace_profiler`` when asked
+about one of this plugin's executors (a traced run is about to use it).
 """
 
 from __future__ import annotations
@@ -11,12 +12,15 @@ from __future__ import annotations
 import sys
 from collections.abc import Mapping
 from importlib import metadata
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from d5_plugin_tensorflow import _tf
 from d5core.api import hookimpl
 
-d5_plugin_api = ">=1.7,<2"
+if TYPE_CHECKING:
+    from d5core.api import TraceProfiler
+
+d5_plugin_api = ">=1.12,<2"
 
 
 @hookimpl
@@ -90,3 +94,16 @@ def d5_custom_op_glue() -> Any:
     from d5_plugin_tensorflow.custom_op import TensorflowCustomOpGlue
 
     return TensorflowCustomOpGlue()
+
+
+@hookimpl
+def d5_trace_profiler(executor: str) -> TraceProfiler | None:
+    """TensorFlow's profiler for a traced run of an executor or operator backend of this
+    plugin (``tensorflow``, ``tensorflow-xla``); ``None`` for any other, and when the
+    installed TensorFlow ships no ``xplane_pb2`` to read its profile with. Answering
+    for an executor of its own imports TensorFlow."""
+    from d5_plugin_tensorflow.trace import EXECUTORS, TensorFlowTraceProfiler, xplane_module
+
+    if executor not in EXECUTORS or xplane_module() is None:
+        return None
+    return TensorFlowTraceProfiler()

@@ -11,11 +11,14 @@ from __future__ import annotations
 import sys
 from collections.abc import Mapping
 from importlib import metadata
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from d5core.api import hookimpl
 
-d5_plugin_api = ">=1.7,<2"
+if TYPE_CHECKING:
+    from d5core.api import TraceProfiler
+
+d5_plugin_api = ">=1.12,<2"
 
 
 def _torch_if_loaded() -> Any:
@@ -103,3 +106,15 @@ def d5_custom_op_glue() -> Any:
     from d5_plugin_torch.custom_op import TorchCustomOpGlue
 
     return TorchCustomOpGlue()
+
+
+@hookimpl
+def d5_trace_profiler(executor: str, level: str) -> TraceProfiler | None:
+    """torch's profiler for a traced run of the executor or operator backend ``torch``;
+    ``None`` for any other executor. It needs no instance (it records the torch
+    operators of the thread that starts it, at ``full`` of every thread), so it is
+    offered in a training run too. Creating it imports nothing; ``start()`` imports
+    torch."""
+    from d5_plugin_torch.trace import EXECUTORS, TorchTraceProfiler
+
+    return TorchTraceProfiler(level) if executor in EXECUTORS else None

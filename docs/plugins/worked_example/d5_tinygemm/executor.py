@@ -3,11 +3,14 @@
 The executor reads the graph once, in ``__init__``, into a plan: one step per node, in
 the order ONNX stores them (topologically sorted). :meth:`TinyGemmExecutor.prepare_inference`
 creates the operators for the feeds' shapes and converts the feeds, outside the region d5
-times; the callable it returns runs the plan and nothing else.
+times; the callable it returns runs the plan and nothing else. In a traced run, each node
+it runs is a region of :data:`d5_tinygemm.trace.REGIONS`, named by the node and its type
+(``dense1 (Gemm)``), around the operator's own ``Gemm`` region.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -16,6 +19,7 @@ import numpy as np
 from onnx import helper
 
 from d5_tinygemm.gemm import TinyGemm, TinyGemmBackend
+from d5_tinygemm.trace import REGIONS
 from d5core.api import GraphExecutor, TensorDescriptor
 
 if TYPE_CHECKING:
@@ -28,11 +32,15 @@ __all__ = ["TinyGemmExecutor"]
 
 @dataclass(frozen=True)
 class _Step:
-    """One node of the graph: its attributes and tensor names."""
+    """One node of the graph: its attributes and tensor names, and how a trace names
+    it."""
 
     attributes: dict[str, Any]
     inputs: tuple[str, ...]
     output: str
+    #: The node's region in a trace: its name (``dense1 (Gemm)``) and ``args``.
+    label: str
+    trace_args: dict[str, str]
 
 
 class TinyGemmExecutor(GraphExecutor):
@@ -54,6 +62,8 @@ class TinyGemmExecutor(GraphExecutor):
                 {a.name: helper.get_attribute_value(a) for a in node.attribute},
                 tuple(name for name in node.input if name),
                 node.output[0],
+                f"{node.name or node.output[0]} ({node.op_type})",
+                {"node": node.name or node.output[0], "op_type": node.op_type},
             )
             for node in self.network.nodes
         ]
@@ -78,7 +88,10 @@ class TinyGemmExecutor(GraphExecutor):
         def run() -> dict[str, np.ndarray]:
             tensors = dict(start)
             for op, step in ops:
+                begin = time.perf_counter_ns() if REGIONS.on else 0  # 0: not traced
                 (tensors[step.output],) = op.forward([tensors[name] for name in step.inputs])
+                if begin:
+                    REGIONS.add(step.label, begin, step.trace_args)
             return {name: tensors[name] for name in self.outputs}
 
         return run

@@ -4,15 +4,20 @@
 (likewise ``B'``), and the optional ``C`` broadcasts to ``Y``'s shape ``(M, N)``. ONNX's
 definition is the contract: d5 validates this operator against its numpy reference with
 the same attributes and inputs.
+
+In a traced run (``--trace framework``), each call of ``forward`` and ``backward`` is a
+region of :data:`d5_tinygemm.trace.REGIONS`; untraced, marking it costs one flag check.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
+from d5_tinygemm.trace import REGIONS
 from d5core.api import Operator, OperatorBackend, TensorDescriptor, UsageError
 
 __all__ = ["DEFAULTS", "TinyGemm", "TinyGemmBackend"]
@@ -27,6 +32,11 @@ def _sum_to(grad: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
         grad = grad.sum(axis=0)
     axes = tuple(i for i, n in enumerate(shape) if n == 1 and grad.shape[i] != 1)
     return grad.sum(axis=axes, keepdims=True).reshape(shape) if axes else grad
+
+
+def _sizes(a: np.ndarray, b: np.ndarray) -> dict[str, Any]:
+    """The sizes of the product ``a @ b`` (``M x K`` by ``K x N``), for a traced call."""
+    return {"m": a.shape[0], "k": a.shape[1], "n": b.shape[1], "dtype": a.dtype}
 
 
 class TinyGemm(Operator):
@@ -71,11 +81,15 @@ class TinyGemm(Operator):
         return (a.T if self.trans_a else a), (b.T if self.trans_b else b)
 
     def forward(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        begin = time.perf_counter_ns() if REGIONS.on else 0  # 0: not traced
         a, b = self._operands(inputs)
         y = self.alpha * (a @ b)
         if len(inputs) == 3:
             y = y + self.beta * inputs[2]
-        return [y.astype(inputs[0].dtype, copy=False)]
+        y = y.astype(inputs[0].dtype, copy=False)
+        if begin:
+            REGIONS.add("Gemm", begin, _sizes(a, b))
+        return [y]
 
     def backward(
         self,
@@ -83,6 +97,7 @@ class TinyGemm(Operator):
         inputs: Sequence[np.ndarray],
         outputs: Sequence[np.ndarray],
     ) -> list[np.ndarray | None]:
+        begin = time.perf_counter_ns() if REGIONS.on else 0
         a, b = self._operands(inputs)
         dy = np.asarray(grad_outputs[0], dtype=inputs[0].dtype)
         da, db = self.alpha * (dy @ b.T), self.alpha * (a.T @ dy)
@@ -92,6 +107,8 @@ class TinyGemm(Operator):
         ]
         if len(inputs) == 3:
             grads.append(_sum_to(self.beta * dy, inputs[2].shape))
+        if begin:
+            REGIONS.add("Gemm backward", begin, _sizes(a, b))
         return grads
 
     def prepare_forward(self, inputs: Sequence[np.ndarray]) -> Callable[[], Any]:

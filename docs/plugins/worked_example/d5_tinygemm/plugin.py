@@ -7,11 +7,16 @@ a user selects them, or by ``d5_plugin_check`` when ``d5 list-plugins --check`` 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from d5core.api import hookimpl
 
-d5_plugin_api = ">=1.1,<2"
+if TYPE_CHECKING:
+    from d5core.api import TraceProfiler
+
+__all__ = ["d5_environment_info", "d5_plugin_check", "d5_trace_profiler"]
+
+d5_plugin_api = ">=1.12,<2"
 
 
 @hookimpl
@@ -38,3 +43,14 @@ def d5_plugin_check() -> list[str]:
     if not np.array_equal(y, [[7.0, 10.0], [15.0, 22.0]]):
         return [f"Gemm of [[1, 2], [3, 4]] with itself gave {y.tolist()}; numpy is broken here"]
     return []
+
+
+@hookimpl
+def d5_trace_profiler(executor: str, level: str, subject: object) -> TraceProfiler | None:
+    """tinygemm's Gemm calls and graph nodes, for a traced run of its executor or its
+    operator backend (both named ``tinygemm``); ``None`` for anything else's."""
+    if executor != "tinygemm":
+        return None
+    from d5_tinygemm.trace import TinyGemmProfiler
+
+    return TinyGemmProfiler()
