@@ -373,9 +373,9 @@ def _write_traces(
     store: ResultsStore, runs: Sequence[ReportRun], output: Path, problems: list[str]
 ) -> dict[str, str]:
     """Write the trace of every traced run of ``runs`` into the traces folder beside the
-    page (:mod:`d5core.trace.report_hooks`); the files' paths relative to the page, by
+    page (:mod:`d5core.report.traces`); the files' paths relative to the page, by
     run id. What cannot be read or written is added to ``problems``."""
-    from d5core.trace.report_hooks import TRACES_FOLDER, write_report_traces
+    from d5core.report.traces import TRACES_FOLDER, write_report_traces
 
     written, failed = write_report_traces(
         store, [run.id for run in runs], output.parent / TRACES_FOLDER

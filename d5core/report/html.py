@@ -31,7 +31,7 @@ from d5core._version import __version__
 from d5core.levels.report import REPORT_SECTIONS, ReportRun
 from d5core.report.document import RenderedFigure, ReportDocument
 from d5core.report.environment import environment_table, machines_warning, render_environment
-from d5core.trace.report_hooks import TRACE_SECTION
+from d5core.report.traces import TRACE_SECTION
 
 __all__ = ["CONTENT_SECURITY_POLICY", "SECTION_TITLES", "render_html", "sanitize_svg"]
 

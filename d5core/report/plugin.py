@@ -1,6 +1,6 @@
 """The report package's internal plugin: what shows stored runs to a reader, ``d5 report``
-and ``d5 results`` (list, show, export, compare, table, artifacts), and the history
-figures."""
+and ``d5 results`` (list, show, export, compare, table, artifacts), the history figures
+and the timelines of traced runs."""
 
 from __future__ import annotations
 
@@ -50,5 +50,11 @@ def d5_cli_commands() -> list[Any]:
 def d5_report_figures(runs: Sequence[Any], store: Any) -> list[Any]:
     from d5core.report.figures import section_figures
     from d5core.report.history import figures
+    from d5core.report.traces import report_figures
 
-    return section_figures("history", lambda: figures(runs, store=store))
+    # a traced run's timelines isolate each run themselves (one unreadable trace costs
+    # only its own figure)
+    return [
+        *section_figures("history", lambda: figures(runs, store=store)),
+        *report_figures(runs, store),
+    ]

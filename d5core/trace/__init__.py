@@ -9,5 +9,5 @@ each level records.
 - :mod:`d5core.trace.capture`: traced passes of ``d5 bench``, traced blocks, storing;
 - :mod:`d5core.trace.summary`: the operators that took the most time (``--top``);
 - :mod:`d5core.trace.trace_cmd`: ``d5 trace``;
-- :mod:`d5core.trace.figure` and :mod:`d5core.trace.report_hooks`: the report's timeline.
+- :mod:`d5core.report.trace_figure` and :mod:`d5core.report.traces`: the report's timeline.
 """

@@ -1,13 +1,13 @@
-"""The trace package's internal plugin: ``d5 trace``, and the report's timelines."""
+"""The trace package's internal plugin: ``d5 trace`` (the report draws traced runs' timelines:
+:mod:`d5core.report.traces`)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 from d5core.hookspecs import hookimpl
 
-__all__ = ["d5_cli_commands", "d5_report_figures"]
+__all__ = ["d5_cli_commands"]
 
 
 @hookimpl
@@ -22,9 +22,3 @@ def d5_cli_commands() -> list[Any]:
         )
     ]
 
-
-@hookimpl
-def d5_report_figures(runs: Sequence[Any], store: Any) -> list[Any]:
-    from d5core.trace.report_hooks import report_figures
-
-    return report_figures(runs, store)

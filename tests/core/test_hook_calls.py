@@ -335,7 +335,7 @@ def test_every_manager_has_the_internal_plugins_of_the_kernel_and_levels_and_not
         "builtins.loadgen": ["d5_report_figures"],
         "builtins.report": ["d5_cli_commands", "d5_report_figures"],
         "builtins.teamstore": ["d5_cli_commands", "d5_results_backend"],
-        "builtins.trace": ["d5_cli_commands", "d5_report_figures"],
+        "builtins.trace": ["d5_cli_commands"],
     }  # fmt: skip
     assert d5_plugin_manager.hook.d5_environment_info() == []
     (line,) = selection_warnings({"D5_DISABLE_PLUGINS": "builtins"}, [])

@@ -17,15 +17,15 @@ import pytest
 
 from d5core.levels.report import ReportFigure
 from d5core.plugins import PluginManager
+from d5core.report import trace_figure
 from d5core.report.build import build_report
 from d5core.report.figures import FigureWarning
 from d5core.report.html import render_html
+from d5core.report.trace_figure import choose_step, step_timeline, timeline_figures
+from d5core.report.traces import report_figures, write_report_traces
 from d5core.results.store import ResultsStore
 from d5core.testing.report_runs import report_runs
-from d5core.trace import figure as trace_figure
 from d5core.trace.document import artifact_name, new_document, read_document
-from d5core.trace.figure import choose_step, step_timeline, timeline_figures
-from d5core.trace.report_hooks import report_figures, write_report_traces
 
 ENV = {"cpu": {"model": "Test CPU"}}
 

@@ -87,7 +87,7 @@ def _problem(message: str) -> None:
 def report_figures(runs: Sequence[ReportRun], store: Any) -> list[ReportFigure]:
     """Timeline figures of the traced runs among ``runs`` (the newest
     :data:`MAX_TRACED_RUNS`): one per traced executor of each
-    (:func:`d5core.trace.figure.timeline_figures`), in section :data:`TRACE_SECTION`.
+    (:func:`d5core.report.trace_figure.timeline_figures`), in section :data:`TRACE_SECTION`.
 
     A run whose trace cannot be read or drawn costs only its own figures: the reason is
     issued as a :class:`~d5core.report.figures.FigureWarning`, which the report lists
@@ -95,7 +95,7 @@ def report_figures(runs: Sequence[ReportRun], store: Any) -> list[ReportFigure]:
     """
     if store is None:
         return []
-    from d5core.trace.figure import timeline_figures
+    from d5core.report.trace_figure import timeline_figures
 
     traced: list[tuple[ReportRun, list[str]]] = []
     for run in runs:
