@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from d5core.bus import MetricBus, use_bus
+from d5core.errors import one_line
 from d5core.trace.document import artifact_name
 from d5core.trace.recorder import TraceRecorder
 
@@ -44,15 +45,23 @@ def trace_steps(
     **args: Any,
 ) -> None:
     """Prepare ``subject``'s step under its profilers and run it ``steps`` times, each
-    call a ``bench.step`` span (``args`` label it), on a bus the recorder hears."""
-    with use_bus(MetricBus()) as bus, traced_block(recorder, subject, instance, bus):
-        with recorder.span("prepare", subject=subject, **args):
-            step = prepare()
-        with recorder.span("first call", subject=subject, **args):
-            step()  # a warm-up: the steps below are the steady state
-        for index in range(steps):
-            with recorder.span("bench.step", subject=subject, step=index, **args):
-                step()
+    call a ``bench.step`` span (``args`` label it), on a bus the recorder hears.
+
+    The run's timings are stored before this runs: a traced pass that raises ends with a
+    note in the trace naming the executor and the error, and the other executors are
+    still traced.
+    """
+    try:
+        with use_bus(MetricBus()) as bus, traced_block(recorder, subject, instance, bus):
+            with recorder.span("prepare", subject=subject, **args):
+                step = prepare()
+            with recorder.span("first call", subject=subject, **args):
+                step()  # a warm-up: the steps below are the steady state
+            for index in range(steps):
+                with recorder.span("bench.step", subject=subject, step=index, **args):
+                    step()
+    except Exception as exc:
+        recorder.notes.append(f"{subject}: the traced steps failed: {one_line(exc)}")
 
 
 def trace_job(recorder: TraceRecorder, job: Any, subject: str, **args: Any) -> None:

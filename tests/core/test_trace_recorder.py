@@ -403,3 +403,20 @@ def test_a_full_trace_hears_every_step_as_it_ends_for_the_counters() -> None:
     names = [e["name"] for e in recorder.events]
     assert names.count("train.step") == 1 and names.count("train.data") == 1
     assert {"cpu time (ms)", "page faults", "context switches"} <= set(names)
+
+
+def test_a_traced_pass_that_raises_is_a_note_and_the_next_executor_is_still_traced() -> None:
+    # d5 bench stores its timings first: a failing traced pass must not fail the run
+    recorder = TraceRecorder("step", "d5 test")
+
+    def broken() -> Callable[[], None]:
+        def step() -> None:
+            raise RuntimeError("kernel exploded")
+
+        return step
+
+    trace_steps(recorder, "broken", None, broken, steps=2)
+    trace_steps(recorder, "fine", None, lambda: lambda: None, steps=2)
+    assert recorder.notes == ["broken: the traced steps failed: RuntimeError: kernel exploded"]
+    steps = [e["args"]["subject"] for e in recorder.events if e["name"] == "bench.step"]
+    assert steps == ["fine", "fine"]
