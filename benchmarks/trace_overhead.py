@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from _machine import load, machine
+from _rounds import cores, load1, wait_for_quiet
 
 from d5core.tracing import TRACE_LEVELS
 
@@ -49,8 +50,6 @@ ROOT = Path(__file__).resolve().parent.parent
 RECIPE = ROOT / "recipes" / "digits-mlp.toml"
 #: How much longer a ``--trace step`` training may take to reach its accuracy.
 STEP_TARGET = 1.02
-#: Seconds between two looks at the load average while waiting for a quiet machine.
-_POLL = 2.0
 
 
 @dataclass(frozen=True)
@@ -79,17 +78,6 @@ def sides(d5: Path, db: Path, levels: Sequence[str], bench_processes: int) -> li
     return out
 
 
-def _cores() -> int:
-    return os.cpu_count() or 1
-
-
-def _load1() -> float:
-    try:
-        return os.getloadavg()[0]
-    except OSError:
-        return 0.0
-
-
 def run_side(side: Side) -> dict[str, float]:
     """Run ``side`` in a fresh process: its wall time (the process, measured here) and,
     for a training run, its time to accuracy and the wall time it reports."""
@@ -109,15 +97,6 @@ def run_side(side: Side) -> dict[str, float]:
             "process": process_s}  # fmt: skip
 
 
-def wait_for_quiet(max_wait: float) -> float:
-    """Sleep until the 1-minute load average is under the core count, for at most
-    ``max_wait`` seconds; returns the seconds waited."""
-    start = time.monotonic()
-    while _load1() >= _cores() and time.monotonic() - start < max_wait:
-        time.sleep(_POLL)
-    return time.monotonic() - start
-
-
 def measure(
     all_sides: Sequence[Side], rounds: int, retries: int, max_wait: float, rng: random.Random
 ) -> dict[str, Any]:
@@ -128,17 +107,17 @@ def measure(
     repeated = 0
     waited = 0.0
     while len(kept) < rounds:
-        waited += wait_for_quiet(max_wait)
+        waited += wait_for_quiet(cores(), max_wait)
         order = list(all_sides)
         rng.shuffle(order)
-        highest = _load1()
+        highest = load1()
         one: dict[str, dict[str, float]] = {}
         for side in order:
             one[side.label] = run_side(side)
-            highest = max(highest, _load1())
-        if highest >= _cores() and repeated < retries:
+            highest = max(highest, load1())
+        if highest >= cores() and repeated < retries:
             repeated += 1
-            print(f"round {len(kept) + 1}: the load reached {highest:.2f} on {_cores()} "
+            print(f"round {len(kept) + 1}: the load reached {highest:.2f} on {cores()} "
                   "cores; measuring it again", file=sys.stderr)  # fmt: skip
             continue
         kept.append(one)
@@ -277,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = summarize(all_sides, measured["rounds"])
     report = {
         "machine": machine(),
-        "cores": _cores(),
+        "cores": cores(),
         "load_at_start": started_load,
         "rounds": len(measured["rounds"]),
         "repeated": measured["repeated"],
