@@ -16,7 +16,14 @@ from typing import Any
 
 from d5core.errors import UsageError
 
-__all__ = ["Prepared", "import_before_clock", "prepare", "run_metrics"]
+__all__ = [
+    "ASSEMBLY_MODULES",
+    "OPTIONAL_MODULES",
+    "Prepared",
+    "import_before_clock",
+    "prepare",
+    "run_metrics",
+]
 
 
 def run_metrics(recipe: Any) -> tuple[list[Any], dict[str, Any]]:
@@ -58,6 +65,27 @@ def run_metrics(recipe: Any) -> tuple[list[Any], dict[str, Any]]:
     return metrics, selected
 
 
+#: d5's modules that :meth:`Prepared._assemble` and the trainer import where they use
+#: them, imported before the clock by :func:`import_before_clock`: importing
+#: ``d5core.lv1.runner`` and ``d5core.lv2.samplers`` inside the clock cost 8-12 ms of
+#: every run's time to accuracy (issue 30).
+ASSEMBLY_MODULES: tuple[str, ...] = (
+    "d5core.lv1.runner",
+    "d5core.lv2.algorithms.apply",
+    "d5core.lv2.datasets",
+    "d5core.lv2.recipes",
+    "d5core.lv2.samplers",
+    "d5core.lv2.trainer",
+)
+#: The modules of the recipe keys that name optional parts, imported before the clock
+#: when the run sets the key.
+OPTIONAL_MODULES: dict[str, str] = {
+    "schedule": "d5core.lv2.schedules",
+    "modifiers": "d5core.lv2.modifiers",
+    "transforms": "d5core.lv2.transforms",
+}
+
+
 def import_before_clock(settings: dict[str, Any]) -> None:
     """Import the code a run of ``settings`` needs, before its clock starts.
 
@@ -66,12 +94,21 @@ def import_before_clock(settings: dict[str, Any]) -> None:
     (``docs/training.md``, "Where time to accuracy starts and ends"): the executor's and
     the optimizer's plugin modules, the dataset reader with what it declares to preload
     (:func:`~d5core.levels.training.preloads`), the model builders and onnx's operator
-    schemas (loaded on first use). A name that does not load is left for the assembly to
-    report, in its one-line message.
+    schemas (loaded on first use), and d5's own modules that the assembly imports where
+    it needs them (:data:`ASSEMBLY_MODULES`, and :data:`OPTIONAL_MODULES` for the parts
+    the run sets). A name that does not load is left for the assembly to report, in its
+    one-line message.
     """
+    import importlib
+
     from d5core.levels.training import preload_dataset
     from d5core.plugins import get_plugin_manager
 
+    for module in ASSEMBLY_MODULES:
+        importlib.import_module(module)
+    for key, module in OPTIONAL_MODULES.items():
+        if settings.get(key) is not None:
+            importlib.import_module(module)
     preload_dataset(str(settings["dataset"]))
     manager = get_plugin_manager()
     for group, key in (("d5.frameworks", "executor"), ("d5.optimizers", "optimizer")):

@@ -933,9 +933,10 @@ class MXNetExecutor(GraphExecutor):
                 live = self._params.get(name)
                 if live is not None:
                     writes.append((live, array))
-                if name in self._static_reads or name in self._known:
-                    retranslate = True
-                self._graph.parameters[name] = np.array(array, dtype=old.dtype, copy=True)
+                static = name in self._static_reads or name in self._known
+                retranslate = retranslate or static
+                if live is None or static:  # a live one's value is its array's
+                    self._graph.parameters[name] = np.array(array, dtype=old.dtype, copy=True)
         finally:  # the live arrays, once the engine is done with them: a direct copy each
             write_all(writes)
         if retranslate:  # a static input (a shape, axes, a ratio) is part of the graph
