@@ -65,10 +65,12 @@ def run_metrics(recipe: Any) -> tuple[list[Any], dict[str, Any]]:
     return metrics, selected
 
 
-#: d5's modules that :meth:`Prepared._assemble` and the trainer import where they use
-#: them, imported before the clock by :func:`import_before_clock`: importing
-#: ``d5core.lv1.runner`` and ``d5core.lv2.samplers`` inside the clock cost 8-12 ms of
-#: every run's time to accuracy (issue 30).
+#: d5's modules that :meth:`Prepared._assemble` imports where it uses them (so that
+#: commands which never train do not load them), imported before the clock by
+#: :func:`import_before_clock`: importing ``d5core.lv1.runner`` and
+#: ``d5core.lv2.samplers`` inside the clock cost 8-12 ms of every run's time to accuracy
+#: (issue 30). ``tests/integration/test_imports_before_clock.py`` fails when a module of
+#: d5 is still imported after the clock starts.
 ASSEMBLY_MODULES: tuple[str, ...] = (
     "d5core.lv1.runner",
     "d5core.lv2.algorithms.apply",
