@@ -12,7 +12,9 @@ register them (d5-plugin-mpi's run on any communicator).
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
+from importlib import metadata
 from typing import Any
 
 from d5core.api import hookimpl
@@ -56,6 +58,10 @@ def d5_diagnose_rank_failure(launcher: str, rank: int, pid: int | None, output: 
 
 @hookimpl
 def d5_environment_info() -> Mapping[str, Any]:
+    if "torch" not in sys.modules:
+        # Not imported by the work of this process (another framework's run): the
+        # version from the metadata. Importing torch here cost every such run 2 s.
+        return {"torch": _installed_version(), "imported": False}
     try:
         import torch
         import torch.distributed as dist
@@ -70,6 +76,13 @@ def d5_environment_info() -> Mapping[str, Any]:
         info["world_size"] = int(dist.get_world_size())
         info["backend"] = str(dist.get_backend())
     return info
+
+
+def _installed_version() -> str | None:
+    try:
+        return metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        return None
 
 
 @hookimpl

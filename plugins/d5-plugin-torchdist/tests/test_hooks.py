@@ -141,6 +141,17 @@ def test_listing_the_plugin_imports_no_torch() -> None:
     assert out.stdout.strip() == "False"
 
 
+def test_the_environment_facts_of_a_process_without_torch_import_no_torch() -> None:
+    # every run records them: another framework's run must not pay torch's import
+    code = (
+        "import sys; from d5_plugin_torchdist import plugin; "
+        "info = plugin.d5_environment_info(); print(info['imported'], 'torch' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=60)  # fmt: skip
+    assert out.stdout.split() == ["False", "False"]
+
+
 def test_the_plugin_check_runs_a_one_rank_allreduce_and_reports_nothing() -> None:
     code = (
         "from d5_plugin_torchdist import plugin; import torch.distributed as dist; "
