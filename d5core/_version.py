@@ -5,4 +5,4 @@ __version__ = "0.1.0"
 #: The version of the plugin contract: the names of :mod:`d5core.api` and the hook
 #: specifications, nothing else. The major number changes when one of them is removed,
 #: renamed or changed in a way that breaks plugins; the minor number when one is added.
-PLUGIN_API_VERSION = "1.12"
+PLUGIN_API_VERSION = "1.13"

@@ -28,6 +28,8 @@ The table was read from the history of ``d5core/api.py`` and ``d5core/_version.p
   plugin kind (``d5.algorithms``).
 - 1.11 added ``StoreBackend`` and the ``d5_results_backend`` hook: a plugin keeps the
   results in a database named by URL (d5's own team store opens PostgreSQL).
+- 1.12 added the trace names and the ``d5_trace_profiler`` hook; 1.13 (the optional
+  executor method ``inference_and_backprop_streamed``) added no name.
 
 Add a row here whenever a name joins ``d5core.api`` (with the minor bump of
 ``PLUGIN_API_VERSION`` it needs).

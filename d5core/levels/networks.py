@@ -72,7 +72,11 @@ class GraphExecutor(ABC):
         self, feeds: Mapping[str, np.ndarray], loss: str
     ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
         """Run forward and backward; return the outputs and the gradient of ``loss``
-        with respect to every trainable parameter (``network.trainable``), by name."""
+        with respect to every trainable parameter (``network.trainable``), by name.
+
+        Optional, since plugin API 1.13: ``inference_and_backprop_streamed(feeds, loss)``,
+        the same with the gradients as a ``Mapping`` that reads each back when first asked,
+        in the order the backward pass finishes them; the trainer's numpy path prefers it."""
         raise UsageError(
             f"the {self._label} executor runs inference only; to train, choose "
             f"{_executors_that_train(exclude=self.name)}"

@@ -692,7 +692,11 @@ class Trainer:
             if self.schedule is not None:
                 self.optimizer.lr = float(self.schedule(step))
             lr = float(self.optimizer.lr)
-            outputs, grads = self.executor.inference_and_backprop(feeds, self.loss)
+            # an executor may give the gradients as the backward pass finishes them, so
+            # that the optimizer's step overlaps the rest of that pass
+            streamed = getattr(self.executor, "inference_and_backprop_streamed", None)
+            backprop = streamed if callable(streamed) else self.executor.inference_and_backprop
+            outputs, grads = backprop(feeds, self.loss)
             loss = float(np.asarray(outputs[self.loss]).reshape(-1)[0])
             correct = (
                 None

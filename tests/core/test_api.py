@@ -16,7 +16,7 @@ import d5core.onnx as onnx_helpers
 from d5core import PLUGIN_API_VERSION
 
 #: The plugin API version this surface was pinned at.
-PINNED_VERSION = "1.12"
+PINNED_VERSION = "1.13"
 #: Every public name of d5core.api. Changing the surface is a deliberate edit of this
 #: list and of d5core/_version.py: a name added bumps PLUGIN_API_VERSION's minor number,
 #: one removed or renamed its major number (docs/plugins/README.md, "The plugin API").

@@ -59,7 +59,7 @@ down).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -81,7 +81,7 @@ from d5_plugin_mxnet.graph.program import (
 from d5core.api import END, GRAPH_NODE, GraphExecutor, UsageError, get_bus
 from d5core.onnx import graph_view
 
-__all__ = ["MXNetCorrectCounter", "MXNetExecutor", "StatArray"]
+__all__ = ["GradientsAsRead", "MXNetCorrectCounter", "MXNetExecutor", "StatArray"]
 
 mx = mxnet()
 
@@ -243,6 +243,19 @@ def _bound_shapes(
     return shapes, dtypes
 
 
+def _backward_order(graph: Any, with_gradient: set[str]) -> list[str]:
+    """The trainable parameters of ``graph``: those without a gradient first, then the
+    others from the one its nodes read last to the one they read first, which is the
+    order a backward pass finishes their gradients in."""
+    first_read: dict[str, int] = {}
+    for at, node in enumerate(graph.nodes):
+        for name in node.input:
+            first_read.setdefault(name, at)
+    return sorted(
+        graph.trainable, key=lambda n: (n in with_gradient, -first_read.get(n, len(first_read)))
+    )
+
+
 def _context(device: str) -> Any:
     """A d5 device (``cpu``, ``gpu:N``) as an MXNet context."""
     kind, _, index = device.partition(":")
@@ -267,6 +280,58 @@ class StatArray:
     def numpy(self) -> npt.NDArray[Any]:
         """The value as a numpy array (waits for the engine)."""
         return np.asarray(self.array.asnumpy())
+
+
+class GradientsAsRead(Mapping[str, npt.NDArray[Any]]):
+    """The gradients of one training step as numpy arrays, each copied from its MXNet
+    buffer when it is first read.
+
+    Iteration follows the order in which the backward pass finishes the gradients: the
+    parameter the forward pass reads last comes first (parameters without a gradient,
+    zeros, before all). An optimizer that steps through the mapping in that order
+    updates the last layers while MXNet is still computing the first layers'
+    gradients, since reading one gradient waits for that gradient alone.
+
+    The buffers belong to the executor and the next training step overwrites them, so
+    the executor calls :meth:`read_all` before that step: a value read later is still
+    this step's.
+    """
+
+    def __init__(
+        self,
+        order: Sequence[str],
+        buffers: Mapping[str, Any],
+        parameters: Mapping[str, npt.NDArray[Any]],
+    ) -> None:
+        self._order = order
+        self._buffers = buffers
+        self._parameters = parameters
+        self._read: dict[str, npt.NDArray[Any]] = {}
+
+    def __getitem__(self, name: str) -> npt.NDArray[Any]:
+        value = self._read.get(name)
+        if value is None:
+            param = self._parameters[name]  # KeyError for a name that is no parameter
+            buffer = self._buffers.get(name)
+            if buffer is None and name not in self._order:
+                raise KeyError(name)
+            value = self._read[name] = (
+                np.zeros_like(param)
+                if buffer is None
+                else buffer.asnumpy().astype(param.dtype, copy=False)
+            )
+        return value
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._order)
+
+    def __len__(self) -> int:
+        return len(self._order)
+
+    def read_all(self) -> None:
+        """Copy every gradient not read yet (waits for the whole backward pass)."""
+        for name in self._order:
+            self[name]
 
 
 class MXNetCorrectCounter:
@@ -370,6 +435,12 @@ class MXNetExecutor(GraphExecutor):
         self._buffers = self._statistics_buffers([n for n in self._aux if n in self._params])
         #: The gradient buffers of ``_grad_names``, in that order (a step overwrites them).
         self._grads = tuple(self._params[n].grad for n in self._grad_names)
+        #: The trainable parameters in the order the backward pass finishes their
+        #: gradients (see :class:`GradientsAsRead`).
+        self._backward_order = _backward_order(self._graph, set(self._grad_names))
+        #: The last step's gradients given as :class:`GradientsAsRead`, until the next
+        #: training step reads what is left of them.
+        self._unread: GradientsAsRead | None = None
         self._stats = {n: StatArray(b) for n, b in self._buffers.items()}
         #: (graph output, labels input) that training graphs count the correct
         #: predictions of, once :meth:`native_correct_counter` asked; else ``None``.
@@ -740,6 +811,9 @@ class MXNetExecutor(GraphExecutor):
         labels = None if counts is None else arrays[counts[1]]
 
         def step() -> tuple[dict[str, Any], tuple[Any, ...]]:
+            if self._unread is not None:  # the buffers are about to be overwritten
+                self._unread.read_all()
+                self._unread = None
             for source, buffer in copies:
                 source.copyto(buffer)
             self._last_count = None
@@ -830,18 +904,28 @@ class MXNetExecutor(GraphExecutor):
         :return: every graph output, and the gradient for every trainable parameter
             (zeros for one the loss does not depend on).
         """
+        outputs, grads = self._backprop(feeds, loss)
+        return outputs, {name: grads[name] for name in self._graph.trainable}
+
+    def inference_and_backprop_streamed(
+        self, feeds: Mapping[str, npt.NDArray[Any]], loss: str
+    ) -> tuple[dict[str, npt.NDArray[Any]], GradientsAsRead]:
+        """:meth:`inference_and_backprop` with the gradients as a
+        :class:`GradientsAsRead`: the outputs wait for the forward pass only, each
+        gradient for itself, and they come in the order the backward pass finishes
+        them. The trainer's numpy path takes this method when an executor has it."""
+        return self._backprop(feeds, loss)
+
+    def _backprop(
+        self, feeds: Mapping[str, npt.NDArray[Any]], loss: str
+    ) -> tuple[dict[str, npt.NDArray[Any]], GradientsAsRead]:
         outs, grads = self._train_callable(self._to_arrays(feeds), loss)()
-        by_name = dict(zip(self._grad_names, grads, strict=True))
-        result = {}
-        for name in self._graph.trainable:
-            found = by_name.get(name)
-            param = self._graph.parameters[name]
-            result[name] = (
-                found.asnumpy().astype(param.dtype, copy=False)
-                if found is not None
-                else np.zeros_like(param)
-            )
-        return self._outputs(outs), result
+        self._unread = GradientsAsRead(
+            self._backward_order,
+            dict(zip(self._grad_names, grads, strict=True)),
+            self._graph.parameters,
+        )
+        return self._outputs(outs), self._unread
 
     def prepare_inference(self, feeds: Mapping[str, npt.NDArray[Any]]) -> Callable[[], object]:
         """Convert ``feeds`` and compile now; the callable only enqueues the ``CachedOp``."""
