@@ -529,6 +529,12 @@ class Trainer:
         from ``seed``, the same for every run with that seed.
     """
 
+    #: The numpy path's forward and backward pass, chosen when the run starts: the
+    #: executor's ``inference_and_backprop_streamed`` when it has one (the gradients
+    #: as its backward pass finishes them, so that the optimizer's step overlaps the
+    #: rest of that pass), else its ``inference_and_backprop``.
+    _backprop: Callable[[dict[str, np.ndarray], str], tuple[Any, Mapping[str, np.ndarray]]]
+
     def __init__(
         self,
         executor: Any,
@@ -692,11 +698,7 @@ class Trainer:
             if self.schedule is not None:
                 self.optimizer.lr = float(self.schedule(step))
             lr = float(self.optimizer.lr)
-            # an executor may give the gradients as the backward pass finishes them, so
-            # that the optimizer's step overlaps the rest of that pass
-            streamed = getattr(self.executor, "inference_and_backprop_streamed", None)
-            backprop = streamed if callable(streamed) else self.executor.inference_and_backprop
-            outputs, grads = backprop(feeds, self.loss)
+            outputs, grads = self._backprop(feeds, self.loss)
             loss = float(np.asarray(outputs[self.loss]).reshape(-1)[0])
             correct = (
                 None
@@ -1049,6 +1051,10 @@ class Trainer:
         training_clock = stop.budget_clock == "training"
         select = self.data_selection
         run_step = self._native_step if self.optimizer_path == NATIVE else self._step
+        if self.optimizer_path != NATIVE:
+            executor = self.executor
+            streamed = getattr(executor, "inference_and_backprop_streamed", None)
+            self._backprop = streamed if callable(streamed) else executor.inference_and_backprop
         isfinite, clock = math.isfinite, time.perf_counter
         if self._counter is not None:
             self._counter.take()  # drop what an epoch that raised left behind
